@@ -1,0 +1,27 @@
+"""Adapters from the original's function names to the project's evaluators.
+
+Each module maps the names of the original functions it restates to a
+callable ``inputs -> output`` in the shape the reference file records.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from . import cp
+
+Adapter = Callable[[Mapping[str, Any]], Any]
+
+
+def _merge(*tables: Mapping[str, Adapter]) -> Mapping[str, Adapter]:
+    out: dict[str, Adapter] = {}
+    for table in tables:
+        for name, fn in table.items():
+            if name in out:
+                raise ValueError(f"adapter for {name!r} defined twice")
+            out[name] = fn
+    return MappingProxyType(out)
+
+
+ADAPTERS: Mapping[str, Adapter] = _merge(cp.ADAPTERS)

@@ -1,0 +1,39 @@
+"""The ``symcost`` command line: one sub-command per module ``codegen/cmd_*.py``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from . import cmd_check, cmd_derive
+
+#: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
+COMMANDS = (cmd_check, cmd_derive)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="symcost",
+        description="Symbolic communication-cost model of distributed LLM training, compiled to NumPy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code. Errors in input print one line and exit 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"symcost {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
