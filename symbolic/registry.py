@@ -10,6 +10,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import attention, cp
+from . import fsdp, score
+from . import dp, ep, legacy, params, recompute, tp
 from .formula import Formula
 
 __all__ = ["FORMULAS", "get", "names"]
@@ -28,6 +30,14 @@ def _collect(*groups: tuple[Formula, ...]) -> Mapping[str, Formula]:
 FORMULAS: Mapping[str, Formula] = _collect(
     attention.FORMULAS,
     cp.FORMULAS,
+    fsdp.FORMULAS,
+    score.FORMULAS,
+    params.FORMULAS,
+    dp.FORMULAS,
+    tp.FORMULAS,
+    ep.FORMULAS,
+    legacy.FORMULAS,
+    recompute.FORMULAS,
 )
 
 

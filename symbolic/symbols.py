@@ -131,11 +131,42 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("n_ffMM", "nonnegative_integer", "ops", "feed-forward matrix multiplies per layer"),
     ("n_normOp", "nonnegative_integer", "ops", "norm ops per layer"),
     ("n_gather", "nonnegative_integer", "ops", "TP gathers per layer"),
+    # Layer structure for parameter counts (EvalBody.num_params_layer); switches as 0/1 numbers (truthiness).
+    ("layer_norms", "nonnegative_integer", "norms", "norms per layer the model states; 0 when unset"),
+    ("norm_bias", "nonnegative", "1", "1 when each norm has a bias beside its weight (LayerNorm), else 0"),
+    ("qkv_bias", "nonnegative", "1", "1 when the Q, K and V projections have biases, else 0 (unset reads 0)"),
+    ("o_bias", "nonnegative", "1", "1 when the attention output projection has a bias, else 0 (unset reads 0)"),
+    ("mlp_bias", "nonnegative", "1", "1 when the feed-forward projections have biases, else 0 (unset reads 0)"),
+    ("attn_output_gate", "nonnegative", "1", "1 when a fused output gate doubles the query projection, else 0"),
+    ("shared_expert_gate", "nonnegative", "1", "1 when the shared experts' output is gated by a weight, else 0"),
+    # Expert routing measured per micro-batch (EvalLayerComm.ep_comm_layer_imbalanced).
+    ("max_rank_tokens", "nonnegative", "tokens", "most tokens one EP rank's experts receive per micro-batch"),
     # Hardware: CP topology.
     ("device_per_node", "positive_integer", "devices", "devices per node seen by the CP topology"),
     ("bw_intra", "positive", "GB/s", "intra-node bandwidth seen by CP"),
     ("bw_inter", "positive", "GB/s", "inter-node bandwidth seen by CP"),
     ("device_intra_node_num", "positive_integer", "devices", "devices per node of the device type (D)"),
+    # FSDP: one part (N, c, k, g) of a layer's or the root's parameters, and the rounds (FORMULAS.md §7).
+    ("part_size", "nonnegative", "params", "parameters of one FSDP part (N)"),
+    ("part_computed", "nonnegative", "ranks", "ranks one FSDP part is computed over, its TP width (c)"),
+    ("part_sharded", "nonnegative", "ranks", "ranks one FSDP part is sharded over (k)"),
+    ("part_held", "nonnegative", "ranks", "ranks holding one FSDP part, copies of the shard included (g)"),
+    ("gathers", "nonnegative", "rounds", "FSDP parameter all-gathers per micro-batch (G)"),
+    ("reduces", "nonnegative", "rounds", "FSDP all-reduces between copies of a shard per micro-batch (R)"),
+    ("P_ne", "nonnegative", "params", "non-expert parameters of one layer (num_params_layer[0])"),
+    ("P_r", "nonnegative", "params", "routed-expert parameters of one layer (num_params_layer[1])"),
+    ("P_s", "nonnegative", "params", "shared-expert parameters of one layer (num_params_layer[2])"),
+    # Level score (estimate_comm_score, FORMULAS.md §9): level l of the device hierarchy.
+    ("comm_volume", "nonnegative", "mixed", "volume of one dimension handed to estimate_comm_score (bytes or params)"),
+    ("overlap", "nonnegative", "1", "fraction of the scored volume hidden behind compute"),
+    ("level_assign_0", "positive_integer", "ranks", "ranks of the scored dimension placed inside one level-0 group"),
+    ("level_assign_1", "positive_integer", "ranks", "ranks of the scored dimension spread over level-1 groups"),
+    ("level_assign_2", "positive_integer", "ranks", "ranks of the scored dimension spread over level-2 groups"),
+    ("level_bound_0", "positive_integer", "devices", "devices in one level-0 group (a node)"),
+    ("level_bound_1", "positive_integer", "groups", "level-0 groups in one level-1 group"),
+    ("level_bw_0", "positive", "GB/s", "bandwidth of hierarchy level 0"),
+    ("level_bw_1", "positive", "GB/s", "bandwidth of hierarchy level 1"),
+    ("level_bw_2", "positive", "GB/s", "bandwidth of hierarchy level 2"),
 )
 
 

@@ -10,6 +10,8 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from . import cp
+from . import fsdp, score
+from . import dp, ep, legacy, params, recompute, tp
 
 Adapter = Callable[[Mapping[str, Any]], Any]
 
@@ -24,4 +26,6 @@ def _merge(*tables: Mapping[str, Adapter]) -> Mapping[str, Adapter]:
     return MappingProxyType(out)
 
 
-ADAPTERS: Mapping[str, Adapter] = _merge(cp.ADAPTERS)
+ADAPTERS: Mapping[str, Adapter] = _merge(cp.ADAPTERS, fsdp.ADAPTERS, score.ADAPTERS,
+                                         params.ADAPTERS, dp.ADAPTERS, tp.ADAPTERS, ep.ADAPTERS,
+                                         legacy.ADAPTERS, recompute.ADAPTERS)

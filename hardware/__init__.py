@@ -1,0 +1,29 @@
+"""The hardware catalog: one commented TOML file per system in ``hardware/catalog/``.
+
+A system is an ordered list of network levels, innermost first, each with a bound
+(devices, or units of the level below, per unit; the top level is unbounded), a
+peak bandwidth per device and per direction in bytes/s, and an optional latency
+and measured efficiency. ``System.bindings()`` gives the values of the hardware
+symbols of ``symbolic/symbols.py``; ``level_bounds()`` and
+``level_bandwidths_gbps()`` give the original's level tables.
+
+Public API::
+
+    names() -> tuple[str, ...]          # the catalog's systems
+    load(name) -> System                # one of them, e.g. load("A2")
+    load_file(path) -> System           # any file in the same layout
+    System, Level, UnusedHelperLevel    # frozen dataclasses
+    HardwareSpecError                   # a ValueError naming file, key path and value
+
+Importing this package reads no file.
+"""
+
+from ._load import load as load
+from ._load import load_file as load_file
+from ._load import names as names
+from ._system import HardwareSpecError as HardwareSpecError
+from ._system import Level as Level
+from ._system import System as System
+from ._system import UnusedHelperLevel as UnusedHelperLevel
+
+__all__ = ["HardwareSpecError", "Level", "System", "UnusedHelperLevel", "load", "load_file", "names"]

@@ -1,0 +1,160 @@
+"""Reading hardware descriptions: one TOML file per system, the file stem is its name.
+
+File layout (every key below is checked; any other key is an error)::
+
+    description = "…"                       # required, text
+    [[levels]]                              # required, at least two, innermost first
+    name = "node"                           # required, text, unique
+    devices = 8                             # bounded levels: a positive integer …
+    unbounded = true                        # … or, for the top level only, this instead
+    bandwidth_bytes_per_s = 50e9            # required, peak per device per direction
+    latency_s = 1e-5                        # optional
+    efficiency = 0.9                        # optional, measured fraction of the peak
+    fabric = "NVLink 4 through NVSwitch"    # optional, text
+    [[unused_helper_levels]]                # optional: figures the original never uses
+    name = "NODE"
+    bandwidth_bytes_per_s = 300e9
+    efficiency = 0.7
+    latency_s = 1e-5
+
+Nothing is read at import time; ``names()`` and ``load()`` look at the catalog
+folder when they are called.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ._system import HardwareSpecError, Level, System, UnusedHelperLevel
+
+__all__ = ["CATALOG_DIR", "load", "load_file", "names"]
+
+#: The folder of the built-in catalog: ``<name>.toml`` per system.
+CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+_SYSTEM_REQUIRED = ("description", "levels")
+_SYSTEM_OPTIONAL = ("unused_helper_levels",)
+_LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
+# A level has exactly one of "devices" and "unbounded"; both are listed as optional
+# here and the rule is checked on its own so that the message can say so.
+_LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric")
+_HELPER_REQUIRED = ("name", "bandwidth_bytes_per_s", "efficiency", "latency_s")
+
+
+def _check_keys(table: object, where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
+    label = where or "the file"
+    if not isinstance(table, dict):
+        raise HardwareSpecError(f"{label}: must be a table, got {table!r} ({type(table).__name__})")
+    prefix = f"{where}." if where else ""
+    allowed = required + optional
+    for key in table:
+        if key not in allowed:
+            raise HardwareSpecError(
+                f"{prefix}{key}: unknown key (value {table[key]!r}); allowed keys: {', '.join(allowed)}")
+    for key in required:
+        if key not in table:
+            raise HardwareSpecError(f"{prefix}{key}: missing required key")
+    return table
+
+
+def _array_of_tables(value: object, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise HardwareSpecError(f"{key}: must be an array of tables ([[{key}]]), got {value!r}")
+    return value
+
+
+def _relabel(where: str, build: Any, **fields: Any) -> Any:
+    """Build a dataclass, prefixing the key path of any error with *where*."""
+    try:
+        return build(**fields)
+    except HardwareSpecError as exc:
+        raise HardwareSpecError(f"{where}.{exc}") from None
+
+
+def _level(table: object, where: str) -> Level:
+    table = _check_keys(table, where, _LEVEL_REQUIRED, _LEVEL_OPTIONAL)
+    has_devices, has_unbounded = "devices" in table, "unbounded" in table
+    if has_devices == has_unbounded:
+        got = ("both 'devices' and 'unbounded'" if has_devices else "neither")
+        raise HardwareSpecError(
+            f"{where}: needs either 'devices' (a positive integer) or 'unbounded = true' (top level only), got {got}")
+    if has_unbounded and table["unbounded"] is not True:
+        raise HardwareSpecError(
+            f"{where}.unbounded: the only allowed value is true (give 'devices' for a bounded level), "
+            f"got {table['unbounded']!r}")
+    return _relabel(
+        where, Level,
+        name=table["name"],
+        devices=table.get("devices"),
+        bandwidth_bytes_per_s=table["bandwidth_bytes_per_s"],
+        latency_s=table.get("latency_s"),
+        efficiency=table.get("efficiency"),
+        fabric=table.get("fabric", ""),
+    )
+
+
+def _helper(table: object, where: str) -> UnusedHelperLevel:
+    table = _check_keys(table, where, _HELPER_REQUIRED, ())
+    return _relabel(where, UnusedHelperLevel, **table)
+
+
+def _system(name: str, data: dict[str, Any]) -> System:
+    if not _NAME.fullmatch(name):
+        raise HardwareSpecError(f"file name: the stem {name!r} is not a system name (letters, digits, _ . -)")
+    data = _check_keys(data, "", _SYSTEM_REQUIRED, _SYSTEM_OPTIONAL)
+    levels = tuple(_level(t, f"levels[{i}]") for i, t in enumerate(_array_of_tables(data["levels"], "levels")))
+    helpers = tuple(_helper(t, f"unused_helper_levels[{i}]")
+                    for i, t in enumerate(_array_of_tables(data.get("unused_helper_levels", []),
+                                                           "unused_helper_levels")))
+    return System(name=name, description=data["description"], levels=levels, unused_helper_levels=helpers)
+
+
+def load_file(path: str | os.PathLike[str]) -> System:
+    """Read one hardware description; its name is the file's stem.
+
+    Raises:
+        HardwareSpecError: the file cannot be read, is not UTF-8 TOML, or breaks a
+            rule of the layout (unknown or missing key, wrong type, a number that is
+            not finite and > 0, an efficiency above 1, fewer than two levels, an
+            unbounded level that is not the last). The message starts with the path
+            and names the key path and the value.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise HardwareSpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise HardwareSpecError(f"{path}: not UTF-8 text: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise HardwareSpecError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return _system(path.stem, data)
+    except HardwareSpecError as exc:
+        raise HardwareSpecError(f"{path}: {exc}") from None
+
+
+def names() -> tuple[str, ...]:
+    """The names of the catalog's systems, sorted case-insensitively."""
+    return tuple(sorted((p.stem for p in CATALOG_DIR.glob("*.toml")), key=lambda n: (n.lower(), n)))
+
+
+def load(name: str) -> System:
+    """The catalog's system called *name* (exact spelling, e.g. "A2", "dgx_h100").
+
+    Raises:
+        HardwareSpecError: *name* is not in the catalog (the message lists the
+            known names), or its file is malformed.
+    """
+    known = names()
+    if name not in known:
+        raise HardwareSpecError(f"unknown hardware system {name!r}; known: {', '.join(known)}")
+    return load_file(CATALOG_DIR / f"{name}.toml")

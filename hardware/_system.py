@@ -1,0 +1,246 @@
+"""The hardware description types: a system is an ordered list of network levels.
+
+A level groups units of the level below it (devices, for the innermost level) and
+says how fast one device talks across it. Bandwidths are datasheet (or, for the
+Ascend systems, the original model's) peaks per device and per direction, in
+bytes/s; a measured efficiency factor, where one exists, is kept apart from the
+peak so that neither hides in the other.
+
+Every check lives in ``__post_init__`` so that a ``System`` built in Python obeys
+the same rules as one read from the catalog; the loader only adds the file and
+the key path to the message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["HardwareSpecError", "Level", "UnusedHelperLevel", "System"]
+
+#: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
+BYTES_PER_S_PER_GBPS = 1e9
+
+
+class HardwareSpecError(ValueError):
+    """A hardware description or name the catalog cannot use.
+
+    The message names the file (when there is one), the key path inside it and
+    the offending value.
+    """
+
+
+def _positive_real(key: str, value: object) -> float:
+    # bool is an int in Python; ``bandwidth = true`` is a typo, not the number 1.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HardwareSpecError(f"{key}: must be a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value) or value <= 0:
+        raise HardwareSpecError(f"{key}: must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _positive_int(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HardwareSpecError(f"{key}: must be an integer, got {value!r} ({type(value).__name__})")
+    if value <= 0:
+        raise HardwareSpecError(f"{key}: must be an integer > 0, got {value!r}")
+    return value
+
+
+def _fraction(key: str, value: object) -> float:
+    number = _positive_real(key, value)
+    if number > 1:
+        raise HardwareSpecError(f"{key}: an efficiency is a fraction of the peak, in (0, 1]; got {value!r}")
+    return number
+
+
+def _text(key: str, value: object, *, empty_ok: bool = False) -> str:
+    if not isinstance(value, str):
+        raise HardwareSpecError(f"{key}: must be a string, got {value!r} ({type(value).__name__})")
+    if not empty_ok and not value.strip():
+        raise HardwareSpecError(f"{key}: must not be empty, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Level:
+    """One network level of a system, innermost first.
+
+    Attributes:
+        name: what the level is ("node", "nvlink", "infiniband", …).
+        devices: the level's bound: how many units of the level below one unit of
+            this level holds (devices, for the innermost level). ``None`` means
+            unbounded, which only the top level may be.
+        bandwidth_bytes_per_s: peak bandwidth of one device across this level, per
+            direction, in bytes/s.
+        latency_s: latency across the level in seconds; ``None`` when no source
+            states one.
+        efficiency: measured fraction of the peak that transfers reach, in (0, 1];
+            ``None`` when no measurement is recorded (the peak is then used as is).
+        fabric: free text naming the interconnect.
+    """
+
+    name: str
+    devices: int | None
+    bandwidth_bytes_per_s: float
+    latency_s: float | None = None
+    efficiency: float | None = None
+    fabric: str = ""
+
+    def __post_init__(self) -> None:
+        _text("name", self.name)
+        if self.devices is not None:
+            _positive_int("devices", self.devices)
+        object.__setattr__(self, "bandwidth_bytes_per_s",
+                           _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
+        if self.latency_s is not None:
+            object.__setattr__(self, "latency_s", _positive_real("latency_s", self.latency_s))
+        if self.efficiency is not None:
+            object.__setattr__(self, "efficiency", _fraction("efficiency", self.efficiency))
+        _text("fabric", self.fabric, empty_ok=True)
+
+    @property
+    def unbounded(self) -> bool:
+        """True for the top level, which holds any number of units."""
+        return self.devices is None
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """The peak bandwidth in GB/s (1e9 bytes/s), the unit of the original's tables."""
+        return self.bandwidth_bytes_per_s / BYTES_PER_S_PER_GBPS
+
+
+@dataclass(frozen=True)
+class UnusedHelperLevel:
+    """A figure of the original's ``level_bandwidth`` / ``level_efficiency`` /
+    ``level_latency`` helpers, which no path of the reference model calls.
+
+    Kept so that the catalog records everything the original says about its
+    hardware, apart from what the model uses.
+
+    Attributes:
+        name: the original's ``NetworkLevel`` member ("NODE", "CLUSTER").
+        bandwidth_bytes_per_s: ``level_bandwidth`` in bytes/s.
+        efficiency: ``level_efficiency``, a fraction in (0, 1].
+        latency_s: ``level_latency`` in seconds.
+    """
+
+    name: str
+    bandwidth_bytes_per_s: float
+    efficiency: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        _text("name", self.name)
+        object.__setattr__(self, "bandwidth_bytes_per_s",
+                           _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
+        object.__setattr__(self, "efficiency", _fraction("efficiency", self.efficiency))
+        object.__setattr__(self, "latency_s", _positive_real("latency_s", self.latency_s))
+
+
+def _check_unique(key: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise HardwareSpecError(f"{key}[{i}].name: duplicate level name {name!r}")
+        seen.add(name)
+
+
+@dataclass(frozen=True)
+class System:
+    """A machine as a hierarchy of network levels.
+
+    Attributes:
+        name: the catalog name (the TOML file's stem), e.g. "A2", "dgx_h100".
+        description: one line on what the system is and where its figures come from.
+        levels: at least two levels, innermost first; every level but the last is
+            bounded, the last is unbounded.
+        unused_helper_levels: figures the original states but never uses (A2, A3).
+    """
+
+    name: str
+    description: str
+    levels: tuple[Level, ...]
+    unused_helper_levels: tuple[UnusedHelperLevel, ...] = ()
+
+    def __post_init__(self) -> None:
+        _text("name", self.name)
+        _text("description", self.description)
+        object.__setattr__(self, "levels", tuple(self.levels))
+        object.__setattr__(self, "unused_helper_levels", tuple(self.unused_helper_levels))
+        for i, level in enumerate(self.levels):
+            if not isinstance(level, Level):
+                raise HardwareSpecError(f"levels[{i}]: must be a Level, got {level!r}")
+        for i, helper in enumerate(self.unused_helper_levels):
+            if not isinstance(helper, UnusedHelperLevel):
+                raise HardwareSpecError(f"unused_helper_levels[{i}]: must be an UnusedHelperLevel, got {helper!r}")
+        # Two levels at least: the CP topology needs an intra-node and an inter-node bandwidth.
+        if len(self.levels) < 2:
+            raise HardwareSpecError(
+                f"levels: needs at least two levels (a bounded innermost level and the unbounded top), "
+                f"got {len(self.levels)}")
+        last = len(self.levels) - 1
+        for i, level in enumerate(self.levels):
+            if i < last and level.unbounded:
+                raise HardwareSpecError(
+                    f"levels[{i}] ({level.name!r}): only the top (last) level may be unbounded; "
+                    f"this one is level {i} of {last}")
+        if not self.levels[last].unbounded:
+            raise HardwareSpecError(
+                f"levels[{last}] ({self.levels[last].name!r}): the top (last) level must be unbounded, "
+                f"got devices = {self.levels[last].devices!r}")
+        _check_unique("levels", [level.name for level in self.levels])
+        _check_unique("unused_helper_levels", [helper.name for helper in self.unused_helper_levels])
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices under one unit of the innermost level (the original's ``intra_node_num()``)."""
+        devices = self.levels[0].devices
+        assert devices is not None  # __post_init__: only the top level is unbounded
+        return devices
+
+    def level_bounds(self) -> tuple[int | None, ...]:
+        """The bound of each level, innermost first; ``None`` for the unbounded top.
+
+        The original's ``level_bound_number``: A2 gives ``(8, None)``.
+        """
+        return tuple(level.devices for level in self.levels)
+
+    def level_bandwidths_gbps(self) -> tuple[float, ...]:
+        """The peak bandwidth of each level in GB/s, innermost first.
+
+        The original's ``level_bandwidth`` table, in its unit: the score divides
+        volumes by these GB/s numbers. A2 gives ``(50.0, 10.0)``. Efficiency
+        factors are not applied, as in the original.
+        """
+        return tuple(level.bandwidth_gbps for level in self.levels)
+
+    def bindings(self) -> dict[str, float]:
+        """Values for the hardware symbols of ``symbolic/symbols.py``, keyed by symbol name.
+
+        The CP topology sees level 0 as "intra-node" and level 1 as "inter-node";
+        its bandwidths are in GB/s, as the original's CP inputs are. The level
+        score has one symbol per level (``tests/test_hardware.py`` checks that
+        every key is a declared symbol, so a system deeper than the declared
+        level symbols fails there).
+
+        Returns:
+            ``device_per_node`` and ``device_intra_node_num`` (devices, level 0's
+            bound), ``bw_intra`` and ``bw_inter`` (GB/s, levels 0 and 1),
+            ``level_bw_<l>`` for every level (GB/s) and ``level_bound_<l>`` for
+            every bounded level.
+        """
+        bounds = self.level_bounds()
+        bandwidths = self.level_bandwidths_gbps()
+        values: dict[str, float] = {
+            "device_per_node": self.devices_per_node,
+            "bw_intra": bandwidths[0],
+            "bw_inter": bandwidths[1],
+            "device_intra_node_num": self.devices_per_node,
+        }
+        for lvl, bandwidth in enumerate(bandwidths):
+            values[f"level_bw_{lvl}"] = bandwidth
+        for lvl, bound in enumerate(bounds):
+            if bound is not None:
+                values[f"level_bound_{lvl}"] = bound
+        return values

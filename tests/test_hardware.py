@@ -1,0 +1,495 @@
+"""The hardware catalog: every file loads, A2/A3 as the original models them, the
+GPU systems as their datasheets state, bindings match the declared symbols, and a
+malformed file always fails with a HardwareSpecError that names it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hardware
+from codegen.cli import main
+from hardware import HardwareSpecError, Level, System, UnusedHelperLevel
+from symbolic.symbols import SPECS
+
+from conftest import CASES, ROOT
+
+CATALOG = ROOT / "hardware" / "catalog"
+SYMBOLS_FILE = ROOT / "symbolic" / "symbols.py"
+
+
+def _catalog_files() -> list[Path]:
+    return sorted(CATALOG.glob("*.toml"))
+
+
+# ---------------------------------------------------------------- the catalog
+
+
+def test_names_are_the_catalog_file_stems():
+    assert set(hardware.names()) == {p.stem for p in _catalog_files()}
+    assert {"A2", "A3", "dgx_a100", "dgx_h100", "dgx_h200", "gb200_nvl72"} <= set(hardware.names())
+
+
+@pytest.mark.parametrize("path", _catalog_files(), ids=lambda p: p.stem)
+def test_every_catalog_file_loads(path):
+    system = hardware.load(path.stem)
+    assert system.name == path.stem
+    assert hardware.load_file(path) == system
+    assert system.levels[-1].unbounded
+    assert all(not level.unbounded for level in system.levels[:-1])
+
+
+_ASSIGNMENT = re.compile(r"^\s*(?P<key>[A-Za-z_]\w*)\s*=\s*(?P<value>.*?)(?P<comment>\s+#.*)?$")
+
+
+@pytest.mark.parametrize("path", _catalog_files(), ids=lambda p: p.stem)
+def test_every_number_in_the_catalog_has_a_comment_saying_where_it_comes_from(path):
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        match = _ASSIGNMENT.match(line)
+        # Numbers, not text: "A2" or "ConnectX-7" in a string names a thing, it states no figure.
+        if match and not match["value"].startswith(('"', "'")) and re.search(r"\d", match["value"]):
+            assert match["comment"], f"{path.name}:{lineno}: a number without a source comment: {line!r}"
+
+
+# ------------------------------------------- A2 and A3 as the original models them
+
+
+def test_a2_as_formulas_section_9_states():
+    a2 = hardware.load("A2")
+    assert a2.level_bounds() == (8, None)  # FORMULAS.md §9: bounds [8, ∞]
+    assert a2.level_bandwidths_gbps() == (50.0, 10.0)  # FORMULAS.md §9: BW [50, 10] GB/s
+    assert [lvl.bandwidth_bytes_per_s for lvl in a2.levels] == [50e9, 10e9]
+    assert a2.devices_per_node == 8
+    assert a2.bindings()["device_intra_node_num"] == 8  # FORMULAS.md §1: A2: 8
+
+
+def test_a3_as_formulas_section_9_states():
+    a3 = hardware.load("A3")
+    assert a3.level_bounds() == (16, 24, None)  # FORMULAS.md §9: bounds [16, 24, ∞]
+    assert a3.level_bandwidths_gbps() == (200.0, 25.0, 10.0)  # FORMULAS.md §9: BW [200, 25, 10]
+    assert a3.devices_per_node == 16
+    assert a3.bindings()["device_intra_node_num"] == 16  # FORMULAS.md §1: A3: 16
+
+
+@pytest.mark.parametrize("name", ["A2", "A3"])
+def test_unused_helper_figures_of_the_original_are_kept(name):
+    helpers = {h.name: h for h in hardware.load(name).unused_helper_levels}
+    # FORMULAS.md §9: NODE 300 GB/s × 0.7 and CLUSTER 25 × 0.9; latencies from the
+    # published comm_time.py level_latency (NODE 0.00001 s, CLUSTER 0.00002 s).
+    assert helpers["NODE"] == UnusedHelperLevel("NODE", 300e9, 0.7, 1e-5)
+    assert helpers["CLUSTER"] == UnusedHelperLevel("CLUSTER", 25e9, 0.9, 2e-5)
+
+
+def test_device_intra_node_num_of_the_reference_cases():
+    seen = set()
+    for case in CASES:
+        inputs = case.inputs
+        if "device" in inputs and "device_intra_node_num" in inputs:
+            got = hardware.load(inputs["device"]).bindings()["device_intra_node_num"]
+            assert got == inputs["device_intra_node_num"], case.id
+            seen.add(inputs["device"])
+    assert seen == {"A2", "A3"}
+
+
+def test_level_bounds_agree_with_the_reference_level_assignments():
+    """The original's recorded placements never put more devices in one level than
+    its bound, and fill level 0 (and A3's level 1) up to it."""
+    most: dict[tuple[str, int], float] = {}
+    for case in CASES:
+        inputs = case.inputs
+        if "assignment" not in inputs:
+            continue
+        bounds = hardware.load(inputs["device"]).level_bounds()
+        per_dim = inputs["assignment"]
+        assert all(len(counts) == len(bounds) for counts in per_dim.values()), case.id
+        for lvl, bound in enumerate(bounds):
+            placed = math.prod(counts[lvl] for counts in per_dim.values())
+            if bound is not None:
+                assert placed <= bound, case.id
+                most[inputs["device"], lvl] = max(most.get((inputs["device"], lvl), 0), placed)
+    assert most == {("A2", 0): 8, ("A3", 0): 16, ("A3", 1): 24}
+
+
+# ------------------------------------------------ GPU systems as their datasheets state
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "nvlink_bidirectional_gb_s", "scale_out_gbit_s"),
+    [
+        ("dgx_a100", 8, 600, 200),  # NVLink 3, ConnectX-6 HDR
+        ("dgx_h100", 8, 900, 400),  # NVLink 4, ConnectX-7 NDR
+        ("dgx_h200", 8, 900, 400),  # NVLink 4, ConnectX-7 NDR
+        ("gb200_nvl72", 72, 1800, 400),  # NVLink 5 (1.8 TB/s), ConnectX-7 NDR
+    ],
+)
+def test_gpu_systems_store_per_direction_peaks(name, gpus, nvlink_bidirectional_gb_s, scale_out_gbit_s):
+    system = hardware.load(name)
+    assert system.level_bounds() == (gpus, None)
+    assert system.levels[0].bandwidth_bytes_per_s == nvlink_bidirectional_gb_s * 1e9 / 2
+    assert system.levels[1].bandwidth_bytes_per_s == scale_out_gbit_s * 1e9 / 8
+    assert system.bindings()["bw_intra"] > system.bindings()["bw_inter"]
+
+
+# ------------------------------------------------------------------ bindings
+
+
+def _declared_hardware_symbols() -> set[str]:
+    """Symbols declared under a ``# Hardware…`` comment of ``symbolic/symbols.py``."""
+    group, names = "", set()
+    for line in SYMBOLS_FILE.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            group = stripped
+        match = re.match(r'\(\s*"(\w+)"', stripped)
+        if match and group.startswith("# Hardware"):
+            names.add(match[1])
+    return names
+
+
+_LEVEL_SYMBOL = re.compile(r"level_(bw|bound)_(\d+)")
+
+
+def test_the_declared_hardware_symbols_are_found():
+    assert {"device_per_node", "bw_intra", "bw_inter", "device_intra_node_num"} <= _declared_hardware_symbols()
+
+
+@pytest.mark.parametrize("name", hardware.names())
+def test_bindings_are_declared_symbols_and_cover_the_hardware_ones(name):
+    system = hardware.load(name)
+    bindings = system.bindings()
+    assert set(bindings) <= set(SPECS), set(bindings) - set(SPECS)
+    assert _declared_hardware_symbols() <= set(bindings)
+    depth = len(system.levels)
+    for symbol_name in SPECS:
+        match = _LEVEL_SYMBOL.fullmatch(symbol_name)
+        if match:
+            kind, lvl = match[1], int(match[2])
+            covered = lvl < depth if kind == "bw" else lvl < depth - 1
+            assert (symbol_name in bindings) == covered, symbol_name
+
+
+@pytest.mark.parametrize("name", hardware.names())
+def test_binding_values_come_from_the_levels(name):
+    system = hardware.load(name)
+    bindings = system.bindings()
+    assert bindings["device_per_node"] == bindings["device_intra_node_num"] == system.levels[0].devices
+    assert bindings["bw_intra"] == system.levels[0].bandwidth_bytes_per_s / 1e9
+    assert bindings["bw_inter"] == system.levels[1].bandwidth_bytes_per_s / 1e9
+    for lvl, level in enumerate(system.levels):
+        assert bindings[f"level_bw_{lvl}"] == level.bandwidth_bytes_per_s / 1e9
+        assert bindings.get(f"level_bound_{lvl}") == level.devices
+    for key, value in bindings.items():
+        if SPECS[key].integer:
+            assert isinstance(value, int), key
+
+
+# ---------------------------------------------------- types and the rules they keep
+
+
+def _two_levels(**top: object) -> tuple[Level, Level]:
+    return Level("node", 8, 50e9), Level("cluster", None, 10e9, **top)
+
+
+def test_system_is_frozen_and_built_in_python_obeys_the_same_rules():
+    system = System("toy", "a toy", _two_levels())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        system.name = "other"  # type: ignore[misc]
+    with pytest.raises(HardwareSpecError, match=r"levels\[0\].*only the top"):
+        System("toy", "a toy", (Level("node", None, 50e9), Level("cluster", None, 10e9)))
+    with pytest.raises(HardwareSpecError, match=r"levels\[1\].*must be unbounded"):
+        System("toy", "a toy", (Level("node", 8, 50e9), Level("cluster", 4, 10e9)))
+    with pytest.raises(HardwareSpecError, match="at least two levels"):
+        System("toy", "a toy", ())
+    with pytest.raises(HardwareSpecError, match="bandwidth_bytes_per_s.*-1"):
+        Level("node", 8, -1.0)
+    with pytest.raises(HardwareSpecError, match="efficiency.*1.5"):
+        Level("node", 8, 1.0, efficiency=1.5)
+    with pytest.raises(HardwareSpecError, match="devices.*True"):
+        Level("node", True, 1.0)  # type: ignore[arg-type]
+
+
+def test_load_of_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(HardwareSpecError) as info:
+        hardware.load("a2")
+    assert "'a2'" in str(info.value)
+    for name in hardware.names():
+        assert name in str(info.value)
+
+
+def test_importing_hardware_reads_no_file():
+    probe = (
+        "import builtins, pathlib, io\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise AssertionError(f'file access at import: {args!r}')\n"
+        "builtins.open = io.open = refuse\n"
+        "for attr in ('read_bytes', 'read_text', 'open', 'glob', 'iterdir'):\n"
+        "    setattr(pathlib.Path, attr, refuse)\n"
+        "import hardware\n"
+        "print(sorted(hardware.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "load_file" in done.stdout
+
+
+# ------------------------------------------------------------- malformed files
+
+_VALID = """\
+description = "a toy system"  # no number
+[[levels]]
+name = "node"
+devices = 8  # toy
+bandwidth_bytes_per_s = 50e9  # toy
+[[levels]]
+name = "cluster"
+unbounded = true
+bandwidth_bytes_per_s = 10e9  # toy
+"""
+
+
+def _write(tmp_path: Path, text: str | bytes, stem: str = "toy") -> Path:
+    path = tmp_path / f"{stem}.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_toy_file_is_valid(tmp_path):
+    system = hardware.load_file(_write(tmp_path, _VALID))
+    assert system.level_bounds() == (8, None)
+    assert system.name == "toy"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("devices = 8", "devices = 8\nbogus = 3", r"levels\[0\]\.bogus: unknown key \(value 3\)"),
+        ('description = "a toy system"', 'colour = "red"', r"colour: unknown key"),
+        ('description = "a toy system"  # no number', "", r"description: missing required key"),
+        ("bandwidth_bytes_per_s = 50e9", "", r"levels\[0\]\.bandwidth_bytes_per_s: missing"),
+        ("devices = 8", "", r"levels\[0\]: needs either 'devices'.*neither"),
+        ("devices = 8", "devices = 8\nunbounded = true", r"levels\[0\]: needs either.*both"),
+        ("unbounded = true", "unbounded = false", r"levels\[1\]\.unbounded: the only allowed value is true.*False"),
+        ("unbounded = true", "devices = 4", r"levels\[1\] \('cluster'\): the top \(last\) level must be unbounded"),
+        ("devices = 8", "unbounded = true", r"levels\[0\] \('node'\): only the top \(last\) level may be unbounded"),
+        ("devices = 8", "devices = 8.0", r"levels\[0\]\.devices: must be an integer, got 8\.0"),
+        ("devices = 8", "devices = -8", r"levels\[0\]\.devices: must be an integer > 0, got -8"),
+        ("50e9", "nan", r"levels\[0\]\.bandwidth_bytes_per_s: must be a finite number > 0, got nan"),
+        ("50e9", "-inf", r"levels\[0\]\.bandwidth_bytes_per_s: must be a finite number > 0, got -inf"),
+        ("50e9", "0", r"levels\[0\]\.bandwidth_bytes_per_s: must be a finite number > 0, got 0"),
+        ("50e9", '"50e9"', r"levels\[0\]\.bandwidth_bytes_per_s: must be a number, got '50e9'"),
+        ("50e9", "true", r"levels\[0\]\.bandwidth_bytes_per_s: must be a number, got True"),
+        ("devices = 8", "devices = 8\nefficiency = 1.5", r"levels\[0\]\.efficiency: .*\(0, 1\]; got 1\.5"),
+        ("devices = 8", "devices = 8\nlatency_s = 0.0", r"levels\[0\]\.latency_s: must be a finite number > 0"),
+        ('name = "cluster"', 'name = "node"', r"levels\[1\]\.name: duplicate level name 'node'"),
+        ('name = "node"', 'name = ""', r"levels\[0\]\.name: must not be empty"),
+        ('name = "node"', "name = 3", r"levels\[0\]\.name: must be a string, got 3"),
+        ("[[levels]]", "[levels]", r"not valid TOML"),
+        ("devices = 8", "devices = ", r"not valid TOML"),
+    ],
+)
+def test_malformed_file_names_file_key_and_value(tmp_path, old, new, expected):
+    assert old in _VALID
+    path = _write(tmp_path, _VALID.replace(old, new, 1))
+    with pytest.raises(HardwareSpecError, match=expected) as info:
+        hardware.load_file(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('description = "x"\nlevels = []\n', r"needs at least two levels.*got 0"),
+        ('description = "x"\n', r"levels: missing required key"),
+        ('description = "x"\nlevels = [1, 2]\n', r"levels\[0\]: must be a table, got 1"),
+        ('description = "x"\nlevels = "node"\n', r"levels: must be an array of tables"),
+        ("", r"description: missing required key"),
+        (b'description = "\xff"\n', r"not UTF-8 text"),
+        (_VALID + "[[unused_helper_levels]]\nname = 'NODE'\n", r"unused_helper_levels\[0\]\.bandwidth_bytes_per_s: missing"),
+        (_VALID.split("[[levels]]\nname = \"cluster\"")[0], r"needs at least two levels.*got 1"),
+    ],
+    ids=["no_levels", "levels_missing", "levels_not_tables", "levels_a_string", "empty_file", "not_utf8",
+         "helper_incomplete", "one_level"],
+)
+def test_malformed_structure(tmp_path, text, expected):
+    path = _write(tmp_path, text)
+    with pytest.raises(HardwareSpecError, match=expected) as info:
+        hardware.load_file(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_missing_file_and_bad_stem(tmp_path):
+    with pytest.raises(HardwareSpecError, match="cannot read"):
+        hardware.load_file(tmp_path / "absent.toml")
+    path = _write(tmp_path, _VALID, stem="_hidden")
+    with pytest.raises(HardwareSpecError, match="not a system name"):
+        hardware.load_file(path)
+
+
+# Keys each table must have, per table kind (a dropped optional key leaves a valid file).
+_REQUIRED = {
+    "": {"description"},
+    "levels": {"name", "bandwidth_bytes_per_s", "devices", "unbounded"},
+    "unused_helper_levels": {"name", "bandwidth_bytes_per_s", "efficiency", "latency_s"},
+}
+_NUMBER_KEYS = {"devices", "bandwidth_bytes_per_s", "latency_s", "efficiency"}
+_BAD_NUMBERS = ["0", "0.0", "-1", "nan", "+nan", "inf", "-inf", '"12"', "true", "[1, 2]", "{ a = 1 }", "1979-05-27"]
+_BAD_FLAGS = ["false", "1", '"true"', "0", "[true]"]
+_BAD_TEXTS = ["5", "true", "[]", "1.5", "{ }"]
+_KINDS = ("drop", "unknown_key", "bad_number", "bad_flag", "bad_text", "duplicate", "syntax", "truncate", "not_utf8")
+
+
+def _lines_with_tables(text: str) -> list[tuple[int, str, re.Match | None]]:
+    """Each line with the table it is in ("", "levels", "unused_helper_levels") and its assignment match."""
+    table, out = "", []
+    for i, line in enumerate(text.splitlines()):
+        header = re.fullmatch(r"\[\[(\w+)\]\]", line.strip())
+        if header:
+            table = header[1]
+        out.append((i, table, _ASSIGNMENT.match(line)))
+    return out
+
+
+def _mutate(text: str, kind: str, rng: random.Random) -> tuple[str | bytes, str]:
+    lines = text.splitlines()
+    parsed = _lines_with_tables(text)
+    assigns = [(i, table, m) for i, table, m in parsed if m]
+
+    def replace_value(i: int, m: re.Match, value: str) -> str:
+        lines[i] = f"{m['key']} = {value}{m['comment'] or ''}"
+        return "\n".join(lines) + "\n"
+
+    if kind == "drop":
+        i, table, m = rng.choice([a for a in assigns if a[2]["key"] in _REQUIRED[a[1]]])
+        del lines[i]
+        return "\n".join(lines) + "\n", f"drop line {i + 1} ({m['key']})"
+    if kind == "unknown_key":
+        headers = [i for i, _, _ in parsed if lines[i].strip().startswith("[[")]
+        at = rng.choice([0, *[h + 1 for h in headers]])
+        value = rng.choice(["1", "2.5", "true", '"x"'])
+        lines.insert(at, f"bogus_{rng.randrange(1000)} = {value}")
+        return "\n".join(lines) + "\n", f"unknown key at line {at + 1}"
+    if kind == "bad_number":
+        i, _, m = rng.choice([a for a in assigns if a[2]["key"] in _NUMBER_KEYS])
+        choices = [*_BAD_NUMBERS, f"-{m['value']}"]
+        choices += {"devices": ["8.5", "16.0"], "efficiency": ["1.5", "2"]}.get(m["key"], [])
+        value = rng.choice(choices)
+        return replace_value(i, m, value), f"{m['key']} = {value} at line {i + 1}"
+    if kind == "bad_flag":
+        i, _, m = rng.choice([a for a in assigns if a[2]["key"] == "unbounded"])
+        value = rng.choice(_BAD_FLAGS)
+        return replace_value(i, m, value), f"unbounded = {value} at line {i + 1}"
+    if kind == "bad_text":
+        i, table, m = rng.choice([a for a in assigns if a[2]["key"] in {"name", "description", "fabric"}])
+        choices = _BAD_TEXTS + (['""', '"  "'] if m["key"] != "fabric" else [])
+        value = rng.choice(choices)
+        return replace_value(i, m, value), f"{m['key']} = {value} at line {i + 1}"
+    if kind == "duplicate":
+        i, _, m = rng.choice(assigns)
+        lines.insert(i + 1, lines[i])
+        return "\n".join(lines) + "\n", f"duplicate key {m['key']} at line {i + 1}"
+    if kind == "syntax":
+        i, _, m = rng.choice(assigns)
+        how = rng.choice(["no_equals", "open_string", "open_header", "header_as_table", "stray_bracket"])
+        if how == "no_equals":
+            lines[i] = lines[i].replace("=", " ", 1)
+        elif how == "open_string":
+            lines[i] = f'{m["key"]} = "unterminated'
+        elif how == "open_header":
+            lines.insert(i, "[[levels]")
+        elif how == "header_as_table":
+            first = lines.index("[[levels]]")
+            lines[first] = "[levels]"
+        else:
+            lines[i] = f"{m['key']} = {m['value']} ]{m['comment'] or ''}"  # before the comment, where it counts
+        return "\n".join(lines) + "\n", f"syntax ({how}) at line {i + 1}"
+    if kind == "truncate":
+        # Anything cut before the top level's "unbounded = true" is complete is invalid.
+        limit = text.rindex("unbounded = true") + len("unbounded = tru")
+        at = rng.randrange(0, limit + 1)
+        return text[:at], f"truncated at byte {at}"
+    if kind == "not_utf8":
+        raw = text.encode("utf-8")
+        at = rng.randrange(0, len(raw) + 1)
+        return raw[:at] + b"\xff\xfe" + raw[at:], f"invalid UTF-8 at byte {at}"
+    raise AssertionError(kind)
+
+
+def test_fuzzed_catalog_files_always_fail_cleanly(tmp_path):
+    """A few hundred seeded mutations of the catalog's own files: each must raise
+    HardwareSpecError naming the file, never another exception."""
+    rng = random.Random(20250609)
+    sources = {p.stem: p.read_text(encoding="utf-8") for p in _catalog_files()}
+    control = tmp_path / "control"
+    control.mkdir()
+    for stem, text in sources.items():  # the unmutated files are valid, so each failure is the mutation's
+        assert hardware.load_file(_write(control, text, stem)) == hardware.load(stem)
+    counts = dict.fromkeys(_KINDS, 0)
+    for n in range(360):
+        stem = rng.choice(sorted(sources))
+        kind = _KINDS[n % len(_KINDS)]
+        mutated, what = _mutate(sources[stem], kind, rng)
+        folder = tmp_path / f"m{n:03d}"
+        folder.mkdir()
+        path = _write(folder, mutated, stem)
+        try:
+            hardware.load_file(path)
+        except HardwareSpecError as exc:
+            assert type(exc) is HardwareSpecError
+            assert str(exc).startswith(f"{path}: "), (what, str(exc))
+            counts[kind] += 1
+        else:
+            pytest.fail(f"mutant {n} of {stem} ({what}) loaded without error")
+    assert all(c == 360 // len(_KINDS) for c in counts.values()), counts
+
+
+# ------------------------------------------------------------------------- CLI
+
+
+def test_cli_list(capsys):
+    assert main(["hardware", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in hardware.names():
+        assert re.search(rf"^{re.escape(name)}\s", out, re.M), name
+    assert "node x8 @ 50 GB/s > cluster unbounded @ 10 GB/s" in out
+    assert "node x16 @ 200 GB/s > supernode x24 @ 25 GB/s > cluster unbounded @ 10 GB/s" in out
+
+
+@pytest.mark.parametrize("name", hardware.names())
+def test_cli_show_text(capsys, name):
+    assert main(["hardware", "show", name]) == 0
+    out = capsys.readouterr().out
+    system = hardware.load(name)
+    assert out.startswith(f"{name}: {system.description}")
+    for level in system.levels:
+        assert f"({level.bandwidth_gbps:g} GB/s)" in out
+    assert "bound: unbounded" in out
+    for key in system.bindings():
+        assert f"  {key} = " in out
+
+
+def test_cli_show_json(capsys):
+    assert main(["hardware", "show", "A3", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["name"] == "A3"
+    assert record["level_bounds"] == [16, 24, None]
+    assert record["level_bandwidths_gbps"] == [200.0, 25.0, 10.0]
+    assert [lvl["bandwidth_bytes_per_s"] for lvl in record["levels"]] == [200e9, 25e9, 10e9]
+    assert record["bindings"]["device_intra_node_num"] == 16
+    assert {h["name"] for h in record["unused_helper_levels"]} == {"NODE", "CLUSTER"}
+
+
+def test_cli_show_unknown_name_exits_2(capsys):
+    assert main(["hardware", "show", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "A2" in err
