@@ -2,21 +2,28 @@
 
 ``evaluator(name)`` returns a function with keyword-only arguments (the
 formula's symbols) that accepts scalars or NumPy arrays and broadcasts.
-The generated modules under ``generated/`` are the evaluators; a formula
-they do not (yet) hold is compiled with ``sympy.lambdify`` on first use.
+The generated modules under ``generated/`` are the evaluators. A formula
+they do not hold yet, or hold from an older expression (their ``FORMULAS``
+fingerprint differs from the registry's), is evaluated through
+``sympy.lambdify`` instead, with a warning to run ``symcost compile``; the
+numbers are then still right, and ``symcost compile --check`` (and the
+regeneration test) fail until ``generated/`` is rebuilt. ``lambdified`` is
+also the reference the tests compare the generated code with.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Callable
 
 import numpy as np
 import sympy
 
 from symbolic import registry
+from symbolic.formula import Formula
 
-__all__ = ["evaluator", "lambdified", "evaluate"]
+__all__ = ["evaluator", "lambdified", "evaluate", "formula_function"]
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -24,7 +31,11 @@ Evaluator = Callable[..., np.ndarray]
 @functools.cache
 def lambdified(name: str) -> Evaluator:
     """``sympy.lambdify`` of the formula *name* (NumPy module), keyword-only by symbol name."""
-    formula = registry.get(name)
+    return _lambdify(registry.get(name))
+
+
+def _lambdify(formula: Formula) -> Evaluator:
+    name = formula.name
     symbols = sorted(formula.expr.free_symbols, key=lambda s: s.name)
     fn = sympy.lambdify(symbols, formula.expr, modules="numpy", cse=True)
 
@@ -32,24 +43,62 @@ def lambdified(name: str) -> Evaluator:
         missing = [s.name for s in symbols if s.name not in kwargs]
         if missing:
             raise TypeError(f"{name}: missing arguments {missing}")
+        # Broadcast first: lambdify's numpy.select wants every condition as an array of one shape.
+        args = np.broadcast_arrays(*(np.asarray(kwargs[s.name], dtype=float) for s in symbols))
+        shape = args[0].shape if args else ()
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = fn(*(np.asarray(kwargs[s.name], dtype=float) for s in symbols))
-        shape = np.broadcast_shapes(*(np.shape(kwargs[s.name]) for s in symbols)) if symbols else ()
+            out = fn(*args)
         return np.broadcast_to(np.asarray(out, dtype=float), shape)
 
     call.__name__ = name
     return call
 
 
-@functools.cache
-def evaluator(name: str) -> Evaluator:
-    """The evaluator of formula *name*: the generated function where there is one, else lambdify."""
+_DYNAMIC: dict[tuple[str, str], Evaluator] = {}
+
+
+def formula_function(formula: Formula) -> Evaluator:
+    """The evaluator of a formula that may not be registered (a model-stage variant built on demand).
+
+    A registered formula goes through ``evaluator``; any other is compiled
+    once per (name, expression) and cached for the process.
+    """
+    if formula.name in registry.FORMULAS and registry.FORMULAS[formula.name].expr == formula.expr:
+        return evaluator(formula.name)
+    key = (formula.name, sympy.srepr(formula.expr))
+    if key not in _DYNAMIC:
+        _DYNAMIC[key] = _lambdify(formula)
+    return _DYNAMIC[key]
+
+
+def generated_function(name: str) -> Evaluator | None:
+    """The generated function of formula *name* if ``generated/`` holds it for the current expression."""
+    from .lowering import formula_fingerprint
+
+    formula = registry.get(name)
     try:
         import generated
     except ImportError:  # pragma: no cover - generated/ is committed
-        generated = None
-    fn = getattr(generated, name, None) if generated is not None else None
-    return fn if fn is not None else lambdified(name)
+        return None
+    meta = generated.FORMULAS.get(name)
+    if meta is None or meta.get("fingerprint") != formula_fingerprint(formula):
+        return None
+    return getattr(generated, name)
+
+
+@functools.cache
+def evaluator(name: str) -> Evaluator:
+    """The evaluator of formula *name*: its generated function, else (not compiled yet) lambdify.
+
+    Raises:
+        KeyError: naming an unknown formula.
+    """
+    fn = generated_function(name)
+    if fn is not None:
+        return fn
+    warnings.warn(f"{name}: generated/ has no function for the current formula; evaluating through "
+                  "sympy.lambdify. Run `symcost compile`.", stacklevel=2)
+    return lambdified(name)
 
 
 def evaluate(name: str, **values: object) -> np.ndarray:

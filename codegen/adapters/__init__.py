@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 from . import cp
 from . import fsdp, score
 from . import dp, ep, legacy, params, recompute, tp
+from . import model
 
 Adapter = Callable[[Mapping[str, Any]], Any]
 
@@ -28,4 +29,4 @@ def _merge(*tables: Mapping[str, Adapter]) -> Mapping[str, Adapter]:
 
 ADAPTERS: Mapping[str, Adapter] = _merge(cp.ADAPTERS, fsdp.ADAPTERS, score.ADAPTERS,
                                          params.ADAPTERS, dp.ADAPTERS, tp.ADAPTERS, ep.ADAPTERS,
-                                         legacy.ADAPTERS, recompute.ADAPTERS)
+                                         legacy.ADAPTERS, recompute.ADAPTERS, model.ADAPTERS)

@@ -1,0 +1,68 @@
+"""``symcost eval --model NAME --layout …``: each pipeline stage's communication and its parts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+
+from .adapters.model import evaluate_stages
+from .layout import build_stages, derive_fields, parse_layout, validate
+from .modelcfg import load_model, model_names
+
+DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="price a parallel layout of a model, stage by stage",
+                       description="Evaluate the closed-form stage totals of a model for one parallel layout: "
+                                   "each pipeline stage's total and its DP/TP/EP/CP parts, in the original's "
+                                   "mixed units (see docs).")
+    p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
+    p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,cp=1,ep=1,m=144,b=1 (keys left out keep the "
+                                                "model file's own layout)")
+    p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")
+    p.add_argument("--devices", type=int, help="total device count the layout must fill (d*t*cp*p)")
+    p.add_argument("--recompute", help="full, selective, none, or fully recomputed layers per stage N,N,...")
+    p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
+    p.add_argument("--with-recomp", action="store_true",
+                   help="add each recomputed layer's traffic again (the original's with_recomp sum)")
+    p.add_argument("--ttype", choices=("FLOP", "TIME"), default="FLOP",
+                   help="FLOP (volumes; default) or TIME (level scores for DP, TP, CP)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def stage_results(args: argparse.Namespace) -> dict[str, Any]:
+    """The stage totals and per-dimension lists for the command's arguments."""
+    import hardware
+
+    model = load_model(args.model)
+    layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    validate(model, layout, args.devices)
+    hardware.load(args.device)  # an unknown device is an error naming it, before any work
+    inputs = {**derive_fields(model, layout), "stages": build_stages(model, layout), "device": args.device,
+              "mode": "with_recomp" if args.with_recomp else "plain", "ttype": args.ttype}
+    out = evaluate_stages(inputs)
+    suffix = "_recomputed" if args.with_recomp else ""
+    per_dim = {label: np.asarray(out[key if key == "dp" else key + suffix]).tolist() for label, key in DIMS}
+    totals = np.asarray(out["total" + suffix]).tolist()
+    return {"model": args.model, "layout": str(layout), "device": args.device,
+            "stages": totals, "per_dim": per_dim, "reduce_share": np.asarray(out["reduce_share"]).tolist()}
+
+
+def run(args: argparse.Namespace) -> int:
+    res = stage_results(args)
+    if args.json:
+        print(json.dumps({"stages": res["stages"], "per_dim": res["per_dim"]}))
+        return 0
+    print(f"model {res['model']}  layout {res['layout']}  device {res['device']}")
+    print(f"{'stage':>5}  {'total':>14}  " + "  ".join(f"{label:>14}" for label, _ in DIMS))
+    for i, total in enumerate(res["stages"]):
+        parts = "  ".join(f"{res['per_dim'][label][i]:>14.6g}" for label, _ in DIMS)
+        print(f"{i:>5}  {total:>14.6g}  {parts}")
+    print("units as the original sums them: DP in parameters (bytes under --fsdp), dense TP in elements, "
+          "EP/CP/MoE TP in bytes (see docs).")
+    return 0

@@ -1,0 +1,238 @@
+"""The generated tree: which files, rendered in memory, compared with and written to disk.
+
+``render_tree`` turns the registry into ``{relative path: text}``:
+
+* one module per dimension (``cp.py``, ``attention.py``, … by
+  ``Formula.dimension``), functions in registry order;
+* ``__init__.py``, the ``FORMULAS`` table, re-exporting every function
+  (each dimension's module is imported on first use: importing the package
+  then costs only the table, even where no bytecode cache is written);
+* ``_runtime.py``, the calling convention the functions share.
+
+The compiler owns the whole output directory except ``__pycache__``: a
+file there that it would not write is stale. ``write_tree`` renders nothing
+itself; it writes the files into a temporary directory beside the target and
+then swaps the two, so a failure at any point leaves the old tree as it was.
+``compare_tree`` is ``symcost compile --check``: unified diffs, missing and
+stale files.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import jinja2
+
+from symbolic.formula import Formula
+
+from .lowering import CodegenError, Lowered, fingerprint, lower
+from .render import COMMAND, environment, header
+
+__all__ = [
+    "BLOCK",
+    "DEFAULT_DIRECTORY",
+    "TreeDiff",
+    "render_tree",
+    "compare_tree",
+    "write_tree",
+    "read_tree",
+]
+
+#: Elements per block of the generated loops (see the runtime template).
+BLOCK = 16384
+
+#: Where the committed tree lives: ``generated/`` beside ``codegen/``.
+DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "generated"
+
+_IGNORED_DIRS = frozenset({"__pycache__"})
+_RESERVED_MODULES = frozenset({"__init__", "_runtime"})
+
+
+def _function_targets(f: Lowered) -> str:
+    names = ["out", *f.reals, *f.masks, *f.arguments]
+    return "out," if len(names) == 1 else ", ".join(names)
+
+
+def _render_function(env: jinja2.Environment, f: Lowered) -> str:
+    template = "function.py.jinja"
+    try:
+        text = env.get_template(template).render(f=f, targets=_function_targets(f))
+    except (jinja2.TemplateError, TypeError, ValueError) as exc:
+        raise CodegenError(f"formula {f.name}: template {template}: {type(exc).__name__}: {exc}") from None
+    try:
+        compile(text, f"<generated {f.name}>", "exec")
+    except SyntaxError as exc:
+        raise CodegenError(f"formula {f.name}: generated code does not compile ({exc.msg}, line {exc.lineno}): "
+                           f"{(exc.text or '').strip()}") from None
+    return text.rstrip("\n")
+
+
+def _render(env: jinja2.Environment, template: str, what: str, **context: object) -> str:
+    try:
+        return env.get_template(template).render(**context)
+    except (jinja2.TemplateError, TypeError, ValueError) as exc:
+        raise CodegenError(f"{what}: template {template}: {type(exc).__name__}: {exc}") from None
+
+
+def _lower(formula: Formula) -> Lowered:
+    try:
+        return lower(formula)
+    except CodegenError:
+        raise
+    except Exception as exc:  # a SymPy failure inside CSE or a rewrite: say which formula
+        raise CodegenError(f"formula {formula.name}: cannot lower {type(exc).__name__}: {exc}") from exc
+
+
+def render_tree(formulas: Iterable[Formula] | None = None, *,
+                env: jinja2.Environment | None = None) -> dict[str, str]:
+    """Every file of the generated tree, ``{relative path: text}``, sorted by path.
+
+    Args:
+        formulas: what to compile; the whole registry by default.
+        env: a Jinja2 environment (tests pass one with broken templates);
+            ``render.environment()`` by default.
+
+    Raises:
+        CodegenError: naming the formula (or file) that cannot be compiled.
+    """
+    if formulas is None:
+        from symbolic import registry
+
+        formulas = registry.FORMULAS.values()
+    formulas = list(formulas)
+    env = env or environment()
+    lowered = [_lower(f) for f in formulas]
+
+    by_module: dict[str, list[tuple[Formula, Lowered]]] = {}
+    for f, low in zip(formulas, lowered):
+        module = f.dimension
+        if not module.isidentifier() or module in _RESERVED_MODULES:
+            raise CodegenError(f"formula {f.name}: dimension {module!r} cannot name a module of generated/")
+        by_module.setdefault(module, []).append((f, low))
+    taken = set(by_module) | {"FORMULAS", "MODULES", "importlib"}
+    for f in formulas:
+        if f.name in taken:
+            raise CodegenError(f"formula {f.name}: its name would shadow a module or FORMULAS in generated/")
+
+    files: dict[str, str] = {}
+    module_template = "module.py.jinja"
+    for module in sorted(by_module):
+        members = by_module[module]
+        functions = [_render_function(env, low) for _, low in members]
+        body = _render(env, module_template, f"module {module}.py", dimension=module,
+                       formulas=[low for _, low in members], functions=functions)
+        files[f"{module}.py"] = header([module_template, "function.py.jinja"],
+                                       fingerprint(f for f, _ in members)) + "\n" + body
+    init_template = "init.py.jinja"
+    body = _render(env, init_template, "__init__.py", modules=sorted(by_module), formulas=lowered)
+    files["__init__.py"] = header([init_template], fingerprint(formulas)) + "\n" + body
+    runtime_template = "runtime.py.jinja"
+    body = _render(env, runtime_template, "_runtime.py", block=BLOCK)
+    files["_runtime.py"] = header([runtime_template], None) + "\n" + body
+    for path, text in files.items():
+        try:
+            compile(text, f"generated/{path}", "exec")
+        except SyntaxError as exc:
+            raise CodegenError(f"generated/{path} does not compile ({exc.msg}, line {exc.lineno})") from None
+    return dict(sorted(files.items()))
+
+
+def read_tree(directory: str | Path) -> dict[str, str]:
+    """The files under *directory* that the compiler owns (all but ``__pycache__``), as text."""
+    root = Path(directory)
+    out: dict[str, str] = {}
+    if not root.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _IGNORED_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            out[path.relative_to(root).as_posix()] = path.read_bytes().decode("utf-8", errors="replace")
+    return out
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    """How a directory differs from the tree the compiler would write.
+
+    Attributes:
+        changed: relative path → unified diff (on disk → compiled).
+        missing: files the compiler would write that are not there.
+        stale: files there that the compiler would not write.
+    """
+
+    changed: Mapping[str, str]
+    missing: tuple[str, ...]
+    stale: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.changed or self.missing or self.stale)
+
+    def report(self, directory: str | Path) -> str:
+        """Diffs and lists, ending with the command that fixes them."""
+        parts = list(self.changed.values())
+        parts += [f"missing: {Path(directory) / p}\n" for p in self.missing]
+        parts += [f"stale (the compiler would not write it): {Path(directory) / p}\n" for p in self.stale]
+        parts.append(f"{directory} is out of date with the formula registry: run `{COMMAND}` to regenerate it.\n")
+        return "".join(parts)
+
+
+def compare_tree(files: Mapping[str, str], directory: str | Path) -> TreeDiff:
+    """Compare the rendered *files* with what *directory* holds."""
+    directory = Path(directory)
+    on_disk = read_tree(directory)
+    changed: dict[str, str] = {}
+    for path in sorted(set(files) & set(on_disk)):
+        if files[path] != on_disk[path]:
+            changed[path] = "".join(difflib.unified_diff(
+                on_disk[path].splitlines(keepends=True), files[path].splitlines(keepends=True),
+                fromfile=f"{directory.as_posix()}/{path} (on disk)",
+                tofile=f"{directory.as_posix()}/{path} (compiled)"))
+    return TreeDiff(changed, tuple(sorted(set(files) - set(on_disk))), tuple(sorted(set(on_disk) - set(files))))
+
+
+def write_tree(files: Mapping[str, str], directory: str | Path) -> TreeDiff:
+    """Make *directory* hold exactly *files*; returns what differed before (nothing is written if nothing did).
+
+    All files go to a temporary directory beside *directory*, which then
+    replaces it; until that swap the old tree is untouched, and a failed swap
+    puts it back. ``__pycache__`` is not carried over.
+    """
+    directory = Path(directory)
+    diff = compare_tree(files, directory)
+    if diff.ok:
+        return diff
+    parent = directory.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.new-", dir=parent))
+    backup: Path | None = None
+    swapped = False
+    try:
+        for path, text in files.items():
+            target = staging / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(text.encode("utf-8"))
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; the tree is ordinary source
+        if directory.exists():
+            backup = parent / f".{directory.name}.old-{staging.name.rsplit('-', 1)[-1]}"
+            os.rename(directory, backup)
+        try:
+            os.rename(staging, directory)
+            swapped = True
+        except BaseException:
+            if backup is not None:
+                os.rename(backup, directory)  # if even this fails, the old tree stays in the backup
+                backup = None
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if swapped and backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+    return diff

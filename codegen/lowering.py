@@ -1,0 +1,567 @@
+"""Lowering: one ``Formula`` → plain strings a template can lay out.
+
+Three passes, each deterministic:
+
+1. **Rewrites kept only when cheaper** (in the spirit of
+   ``sympy.codegen.rewriting``): the expression as registered and a few
+   exact, cheap rewrites of it (``REWRITES``) are each put through CSE and
+   scheduled; the form needing the fewest NumPy calls wins (ties: the
+   earlier candidate). No ``simplify()``.
+2. **CSE** with ``sympy.cse`` (canonical order, temporaries ``tmp0, tmp1, …``).
+3. **Scheduling** into in-place NumPy statements (``numpy.multiply(x, y,
+   out=r0)``): every temporary and the result is computed into a small set
+   of reusable buffers (``r0, r1, …`` for reals, ``m0, …`` for masks), so a
+   call allocates a handful of buffers instead of one array per operation,
+   and the generated loop can run block by block with the buffers in cache
+   (``generated/_runtime.py``). Rational coefficients are folded into one
+   exactly rounded float; a product with a denominator takes one division;
+   integer powers are products; ``Piecewise`` fills the last branch then
+   overwrites it where earlier conditions hold (``numpy.copyto(..., where=)``),
+   which is ``numpy.where``'s meaning without a new array.
+
+The result is a frozen ``Lowered`` of strings: names, CSE temporaries as
+``(name, infix code)`` pairs printed by ``codegen.printer``, the result code,
+the statements, docstring pieces and the op count (``sympy.count_ops`` of
+the CSE form).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import textwrap
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import sympy
+from sympy.logic.boolalg import And, Boolean, BooleanFalse, BooleanTrue, Not, Or
+from sympy.printing.codeprinter import PrintMethodNotImplementedError
+
+from symbolic.formula import Formula
+from symbolic.symbols import SPECS
+
+from .printer import float_literal, print_numpy
+
+__all__ = [
+    "CodegenError",
+    "Step",
+    "Lowered",
+    "REWRITES",
+    "lower",
+    "fingerprint",
+    "formula_fingerprint",
+    "RESERVED_NAMES",
+]
+
+
+class CodegenError(ValueError):
+    """A formula (or template) the code generator cannot turn into code; the message names it."""
+
+
+#: Names the generated function body binds besides the formula's arguments.
+RESERVED_NAMES = frozenset({"numpy", "call", "out", "_runtime"})
+
+_TEMP_PREFIX = "tmp"
+_REAL_PREFIX = "r"
+_MASK_PREFIX = "m"
+
+
+def _factor_terms(expr: sympy.Expr) -> sympy.Expr:
+    return sympy.factor_terms(expr)
+
+
+def _factor_terms_in_pieces(expr: sympy.Expr) -> sympy.Expr:
+    # factor_terms does not look inside Piecewise branches; do each value on its own.
+    return expr.replace(
+        lambda e: isinstance(e, sympy.Piecewise),
+        lambda e: sympy.Piecewise(*[(sympy.factor_terms(v), c) for v, c in e.args]),
+    )
+
+
+#: (name, rewrite) candidates, each applied to the form before it (the first
+#: to the registered expression). Each is an identity wherever the registered
+#: expression is defined and never subtracts large terms that did not cancel
+#: before (no cancel/expand), so the numbers stay within rounding of it.
+REWRITES: tuple[tuple[str, Callable[[sympy.Expr], sympy.Expr]], ...] = (
+    ("factor_terms", _factor_terms),
+    ("factor_terms_in_pieces", _factor_terms_in_pieces),
+)
+
+
+# ------------------------------------------------------------------ fingerprints
+
+
+def formula_fingerprint(formula: Formula) -> str:
+    """sha256 of the formula's name and ``srepr`` (16 hex digits): changes when its expression does."""
+    text = f"{formula.name}\n{sympy.srepr(formula.expr)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fingerprint(formulas: Iterable[Formula]) -> str:
+    """sha256 of the formulas' names and ``srepr``, sorted by name (hex)."""
+    h = hashlib.sha256()
+    for f in sorted(formulas, key=lambda f: f.name):
+        h.update(f"{f.name}\n{sympy.srepr(f.expr)}\n".encode())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ scheduling
+
+
+@dataclass(frozen=True)
+class _Operand:
+    text: str
+    kind: str  # "input", "const", "reg" (a transient buffer the consumer may take over), "pinned"
+    mask: bool = False
+
+    @property
+    def owned(self) -> bool:
+        return self.kind == "reg"
+
+
+class _Pool:
+    """Buffers of one kind, reused lowest-index first (deterministic)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.size = 0
+        self.free: list[int] = []
+
+    def take(self) -> str:
+        if self.free:
+            self.free.sort()
+            return f"{self.prefix}{self.free.pop(0)}"
+        self.size += 1
+        return f"{self.prefix}{self.size - 1}"
+
+    def give(self, name: str) -> None:
+        self.free.append(int(name[len(self.prefix):]))
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(f"{self.prefix}{i}" for i in range(self.size))
+
+
+_UNARY = {sympy.floor: "floor", sympy.ceiling: "ceil", sympy.Abs: "absolute", sympy.exp: "exp",
+          sympy.sign: "sign"}
+_SPECIAL_NUMBERS = {sympy.nan: "numpy.nan", sympy.oo: "numpy.inf", -sympy.oo: "-numpy.inf"}
+_RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal", "==": "equal",
+              "!=": "not_equal"}
+
+
+class _Scheduler:
+    """Turns expressions into in-place NumPy statements over pooled buffers."""
+
+    def __init__(self, names: dict[sympy.Symbol, _Operand]):
+        self.names = dict(names)
+        self.exact = 0  # > 0 while emitting the argument of floor/ceiling or a comparison
+        self.real = _Pool(_REAL_PREFIX)
+        self.mask = _Pool(_MASK_PREFIX)
+        self.lines: list[str] = []
+
+    # -- buffers
+
+    def _pool(self, mask: bool) -> _Pool:
+        return self.mask if mask else self.real
+
+    def release(self, *operands: _Operand) -> None:
+        for op in operands:
+            if op.owned:
+                self._pool(op.mask).give(op.text)
+
+    def _target(self, operands: Sequence[_Operand], dest: str | None, mask: bool) -> tuple[str, str]:
+        """(buffer to write, its kind): *dest*, else an owned operand of the same kind, else a new buffer."""
+        if dest is not None and not mask:
+            return dest, "pinned"
+        for op in operands:
+            if op.owned and op.mask == mask:
+                return op.text, "reg"
+        return self._pool(mask).take(), "reg"
+
+    def call(self, ufunc: str, operands: Sequence[_Operand], dest: str | None = None, *,
+             mask: bool = False) -> _Operand:
+        out, kind = self._target(operands, dest, mask)
+        args = ", ".join(op.text for op in operands)
+        self.lines.append(f"numpy.{ufunc}({args}, out={out})")
+        self.release(*[op for op in operands if op.owned and op.text != out])
+        return _Operand(out, kind, mask)
+
+    # -- expressions
+
+    def emit(self, expr: sympy.Basic, dest: str | None = None) -> _Operand:
+        """Statements computing *expr*; the operand holding it (in *dest* when that costs nothing)."""
+        if isinstance(expr, (BooleanTrue, BooleanFalse)):
+            return _Operand("True" if expr is sympy.true else "False", "const", True)
+        if isinstance(expr, sympy.Symbol):
+            return self.names.get(expr) or _Operand(expr.name, "input")
+        if expr in _SPECIAL_NUMBERS:
+            return _Operand(_SPECIAL_NUMBERS[expr], "const")
+        if expr.is_Number or isinstance(expr, sympy.NumberSymbol):
+            return _Operand(float_literal(expr), "const")
+        if isinstance(expr, sympy.Piecewise):
+            return self._piecewise(expr, dest)
+        if isinstance(expr, sympy.core.relational.Relational) and expr.rel_op in _RELATIONS:
+            with self._exact():
+                sides = [self.emit(expr.lhs), self.emit(expr.rhs)]
+            return self.call(_RELATIONS[expr.rel_op], sides, mask=True)
+        if isinstance(expr, (And, Or)):
+            ufunc = "logical_and" if isinstance(expr, And) else "logical_or"
+            return self._fold(ufunc, list(expr.args), None, mask=True)
+        if isinstance(expr, Not):
+            return self.call("logical_not", [self.emit(expr.args[0])], mask=True)
+        if expr.is_Add:
+            return self._add(expr, dest)
+        if expr.is_Mul:
+            return self._mul(expr, dest)
+        if expr.is_Pow:
+            return self._pow(expr, dest)
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            return self._fold("maximum" if isinstance(expr, sympy.Max) else "minimum", list(expr.args), dest)
+        if type(expr) in (sympy.floor, sympy.ceiling):
+            with self._exact():
+                inner = self.emit(expr.args[0])
+            return self.call(_UNARY[type(expr)], [inner], dest)
+        if type(expr) in _UNARY:
+            return self.call(_UNARY[type(expr)], [self.emit(expr.args[0])], dest)
+        if isinstance(expr, sympy.log) and len(expr.args) == 1:
+            return self.call("log", [self.emit(expr.args[0])], dest)
+        return self._printed(expr, dest)
+
+    def _printed(self, expr: sympy.Basic, dest: str | None) -> _Operand:
+        """A node without an in-place rule: the printer's expression, copied into a buffer."""
+        renamed = expr.xreplace({s: sympy.Symbol(op.text) for s, op in self.names.items()})
+        code = print_numpy(renamed)  # raises PrintMethodNotImplementedError when NumPy has no counterpart
+        is_mask = isinstance(expr, Boolean)
+        out, kind = self._target((), dest, is_mask)
+        self.lines.append(f"numpy.copyto({out}, {code})")
+        return _Operand(out, kind, is_mask)
+
+    def _fold(self, ufunc: str, args: list[sympy.Basic], dest: str | None, *, mask: bool = False) -> _Operand:
+        args = _complex_first(args)
+        acc = self.emit(args[0], dest)
+        for arg in args[1:]:
+            acc = self.call(ufunc, [acc, self.emit(arg)], dest, mask=mask)
+        return acc
+
+    def _add(self, expr: sympy.Add, dest: str | None) -> _Operand:
+        plus: list[sympy.Expr] = []
+        minus: list[sympy.Expr] = []
+        for term in expr.args:
+            coeff, _ = term.as_coeff_Mul()
+            (minus if coeff.is_negative else plus).append(-term if coeff.is_negative else term)
+        plus, minus = _complex_first(plus), _complex_first(minus)
+        if plus:
+            acc = self.emit(plus[0], dest)
+            for term in plus[1:]:
+                acc = self.call("add", [acc, self.emit(term)], dest)
+        else:
+            acc = self.call("negative", [self.emit(minus.pop(0), dest)], dest)
+        for term in minus:
+            acc = self.call("subtract", [acc, self.emit(term)], dest)
+        return acc
+
+    @contextlib.contextmanager
+    def _exact(self):
+        """Within: a rational p/q whose q is no power of two stays ×p and ÷q (see ``_mul``)."""
+        self.exact += 1
+        try:
+            yield
+        finally:
+            self.exact -= 1
+
+    def _mul(self, expr: sympy.Mul, dest: str | None) -> _Operand:
+        coeff, factors = expr.as_coeff_mul()
+        num: list[sympy.Expr] = []
+        den: list[sympy.Expr] = []
+        for f in factors:
+            if f.is_Pow and f.exp.is_number and f.exp.is_negative:
+                den.append(sympy.Pow(f.base, -f.exp))
+            else:
+                num.append(f)
+        num, den = _complex_first(num), _complex_first(den)
+        q = coeff.q if coeff.is_Rational else 1
+        if self.exact and q & (q - 1) and num:
+            # Under floor/ceiling or in a comparison the value must round like the original's integer
+            # arithmetic: x*(1/3) can land one ulp below an integer that x/3 hits exactly. Products of
+            # integers are exact, so numerator*p / (denominator*q) rounds once, correctly.
+            if coeff.p != 1:
+                num.append(sympy.Integer(coeff.p))
+            den.append(sympy.Integer(q))
+            coeff = sympy.Integer(1)
+        if not num:
+            return self.call("divide", [_Operand(float_literal(coeff), "const"), self._product(den, None)], dest)
+        acc = self._product(num, dest)
+        if den:
+            acc = self.call("divide", [acc, self._product(den, None)], dest)
+        if coeff == -1:
+            acc = self.call("negative", [acc], dest)
+        elif coeff != 1:
+            acc = self.call("multiply", [acc, _Operand(float_literal(coeff), "const")], dest)
+        return acc
+
+    def _product(self, factors: list[sympy.Expr], dest: str | None) -> _Operand:
+        acc = self.emit(factors[0], dest)
+        for f in factors[1:]:
+            acc = self.call("multiply", [acc, self.emit(f)], dest)
+        return acc
+
+    def _pow(self, expr: sympy.Pow, dest: str | None) -> _Operand:
+        base, exp = expr.base, expr.exp
+        if exp.is_Integer and exp < 0:
+            power = self._integer_power(self.emit(base), int(-exp), None)
+            return self.call("divide", [_Operand("1.0", "const"), power], dest)
+        if exp.is_Integer and exp > 0:
+            return self._integer_power(self.emit(base), int(exp), dest)
+        if exp == sympy.S.Half:
+            return self.call("sqrt", [self.emit(base)], dest)
+        return self.call("power", [self.emit(base), self.emit(exp)], dest)
+
+    def _integer_power(self, base: _Operand, n: int, dest: str | None) -> _Operand:
+        """base**n by squaring and multiplying; *base* stays valid until the last use."""
+        if n == 1:
+            return base
+        pinned = _Operand(base.text, "pinned") if base.owned else base
+        half = self._integer_power(pinned, n // 2, None)
+        square = self.call("multiply", [half, half], None if n % 2 else dest)
+        if n % 2:
+            square = self.call("multiply", [square, pinned], dest)
+        if base.owned:
+            self.release(base)
+        return square
+
+    def _piecewise(self, expr: sympy.Piecewise, dest: str | None) -> _Operand:
+        pieces = list(expr.args)
+        last_value, last_cond = pieces[-1]
+        if last_cond is sympy.true:
+            pieces = pieces[:-1]
+            default = self.emit(last_value, dest)
+        else:
+            default = _Operand("numpy.nan", "const")
+        if default.owned or (dest is not None and default.text == dest):
+            acc = default
+        else:
+            out, kind = self._target((), dest, False)
+            self.lines.append(f"numpy.copyto({out}, {default.text})")
+            acc = _Operand(out, kind)
+        # Later pieces first, so that the first condition that holds wins, as in numpy.where nesting.
+        for value, cond in reversed(pieces):
+            where = self.emit(cond)
+            val = self.emit(value)
+            self.lines.append(f"numpy.copyto({acc.text}, {val.text}, where={where.text})")
+            self.release(where, val)
+        return acc
+
+
+def _complex_first(args: Iterable[sympy.Basic]) -> list[sympy.Basic]:
+    """Compound operands before atoms (stable): they land in a buffer the atoms then fold into."""
+    args = list(args)
+    return [a for a in args if not a.is_Atom] + [a for a in args if a.is_Atom]
+
+
+# ------------------------------------------------------------------ lowered form
+
+
+@dataclass(frozen=True)
+class Step:
+    """One CSE temporary (or the result, named ``out``): infix code and the statements computing it."""
+
+    name: str
+    code: str
+    buffer: str
+    statements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """Everything a template needs for one formula, as strings and ints.
+
+    Attributes:
+        name: the function name (the formula's name).
+        arguments: keyword-only argument names, sorted (``Formula.arguments``).
+        temporaries: CSE temporaries as ``(name, infix NumPy code)``.
+        result: the result as infix NumPy code over arguments and temporaries.
+        steps: the temporaries then the result, each with its in-place statements.
+        reals: names of the float buffers the statements use.
+        masks: names of the boolean buffers the statements use.
+        quiet: evaluate under ``numpy.errstate(divide/invalid="ignore")``: the
+            expression has a ``Piecewise``, whose dead branches may divide by zero.
+        summary: the formula's one-sentence doc.
+        closed_form: ``sympy.sstr`` of the registered expression.
+        unit, source, dimension, algorithm: the formula's metadata.
+        argument_docs: ``(name, meaning [unit])`` per argument.
+        ops: ``sympy.count_ops`` of the CSE form (temporaries plus result).
+        calls: NumPy calls per evaluation (per block).
+        rewrite: the name of the rewrite the CSE form was built from.
+        fingerprint: ``formula_fingerprint`` of the formula.
+    """
+
+    name: str
+    arguments: tuple[str, ...]
+    temporaries: tuple[tuple[str, str], ...]
+    result: str
+    steps: tuple[Step, ...]
+    reals: tuple[str, ...]
+    masks: tuple[str, ...]
+    quiet: bool
+    summary: str
+    closed_form: str
+    unit: str
+    source: str
+    dimension: str
+    algorithm: str
+    argument_docs: tuple[tuple[str, str], ...]
+    ops: int
+    calls: int
+    rewrite: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    rewrite: str
+    temporaries: tuple[tuple[sympy.Symbol, sympy.Expr], ...]
+    result: sympy.Expr
+    programs: tuple[tuple[str, tuple[str, ...]], ...]  # (buffer, statements) per temporary, then the result
+    reals: tuple[str, ...]
+    masks: tuple[str, ...]
+
+    @property
+    def calls(self) -> int:
+        return sum(len(statements) for _, statements in self.programs)
+
+    def steps(self) -> tuple[Step, ...]:
+        named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
+        return tuple(Step(name, print_numpy(e), buffer, statements)
+                     for (name, e), (buffer, statements) in zip(named, self.programs))
+
+    @property
+    def ops(self) -> int:
+        return int(sum(sympy.count_ops(e) for _, e in self.temporaries) + sympy.count_ops(self.result))
+
+
+def _cse(expr: sympy.Expr) -> tuple[list[tuple[sympy.Symbol, sympy.Expr]], sympy.Expr]:
+    temps, (result,) = sympy.cse(expr, symbols=sympy.numbered_symbols(_TEMP_PREFIX), order="canonical")
+    return temps, result
+
+
+def _inline_reciprocals(temps, result):
+    """CSE likes ``tmp = 1/t`` then ``a*tmp``; one division per use is as cheap and one buffer fewer."""
+    subs: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for sym, e in temps:
+        e = e.xreplace(subs)
+        if e.is_Pow and e.exp == -1:
+            subs[sym] = e
+        else:
+            kept.append((sym, e))
+    return kept, result.xreplace(subs)
+
+
+def _schedule(rewrite: str, temps, result) -> _Candidate:
+    later_uses = [e.free_symbols for _, e in temps] + [result.free_symbols]
+    last_use = {sym: max(i for i, fs in enumerate(later_uses) if sym in fs) for sym, _ in temps}
+    sched = _Scheduler({})
+    programs: list[tuple[str, tuple[str, ...]]] = []
+    buffered: set[sympy.Symbol] = set()  # temporaries that hold a pooled buffer until their last use
+    for index, (sym, e) in enumerate([*temps, (None, result)]):
+        start = len(sched.lines)
+        dest = "out" if sym is None else None
+        op = sched.emit(e, dest)
+        if sym is None:
+            if op.text != "out":
+                sched.lines.append(f"numpy.copyto(out, {op.text})")
+            buffer = "out"
+        else:
+            sched.names[sym] = _Operand(op.text, "pinned" if op.owned else op.kind, op.mask)
+            if op.owned:
+                buffered.add(sym)
+            buffer = op.text
+        programs.append((buffer, tuple(sched.lines[start:])))
+        for tsym, last in last_use.items():
+            if last == index and tsym in buffered:
+                held = sched.names[tsym]
+                sched.release(_Operand(held.text, "reg", held.mask))
+    return _Candidate(rewrite, tuple(temps), result, tuple(programs), sched.real.names(), sched.mask.names())
+
+
+def _candidates(expr: sympy.Expr) -> list[_Candidate]:
+    forms: list[tuple[str, sympy.Expr]] = [("registered", expr)]
+    current = expr
+    for name, fn in REWRITES:
+        try:
+            current = fn(current)
+        except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
+            continue
+        if all(current != e for _, e in forms):
+            forms.append((name, current))
+    out = []
+    for name, form in forms:
+        temps, result = _cse(form)
+        out.append(_schedule(name, temps, result))
+        if any(e.is_Pow and e.exp == -1 for _, e in temps):
+            kept, res = _inline_reciprocals(temps, result)
+            out.append(_schedule(f"{name}+inline_reciprocals", kept, res))
+    return out
+
+
+def _argument_docs(arguments: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((a, f"{SPECS[a].meaning} [{SPECS[a].unit}].") for a in arguments)
+
+
+def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate) -> None:
+    reserved = set(RESERVED_NAMES) | set(cand.reals) | set(cand.masks) | {s.name for s, _ in cand.temporaries}
+    clash = sorted(set(arguments) & reserved)
+    if clash:
+        raise CodegenError(f"formula {formula.name}: argument names {clash} clash with names the generated "
+                           "code binds; rename the symbols")
+
+
+@functools.lru_cache(maxsize=None)
+def lower(formula: Formula) -> Lowered:
+    """The cheapest scheduled CSE form of *formula*, as strings.
+
+    Raises:
+        CodegenError: naming the formula when its expression has a node
+            NumPy cannot compute (the printer's message says which).
+    """
+    expr = formula.expr
+    if not isinstance(expr, sympy.Expr):
+        raise CodegenError(f"formula {formula.name}: expression must be numeric, got {type(expr).__name__}")
+    try:
+        candidates = _candidates(expr)
+        fewest = min(c.calls for c in candidates)
+        # Fewest NumPy calls, then fewest SymPy ops; min keeps the first of equals.
+        best = min((c for c in candidates if c.calls == fewest), key=lambda c: c.ops)
+        steps = best.steps()
+    except PrintMethodNotImplementedError as exc:
+        first = str(exc).splitlines()[0]
+        raise CodegenError(f"formula {formula.name}: cannot print {sympy.sstr(expr)!r} for NumPy: {first}") from None
+    arguments = formula.arguments
+    _check_names(formula, arguments, best)
+    return Lowered(
+        name=formula.name,
+        arguments=arguments,
+        temporaries=tuple((st.name, st.code) for st in steps[:-1]),
+        result=steps[-1].code,
+        steps=steps,
+        reals=best.reals,
+        masks=best.masks,
+        quiet=bool(expr.has(sympy.Piecewise)),
+        summary=" ".join(formula.doc.split()),
+        closed_form=sympy.sstr(expr),
+        unit=formula.unit,
+        source=" ".join(formula.source.split()),
+        dimension=formula.dimension,
+        algorithm=formula.algorithm,
+        argument_docs=_argument_docs(arguments),
+        ops=best.ops,
+        calls=best.calls,
+        rewrite=best.rewrite,
+        fingerprint=formula_fingerprint(formula),
+    )
+
+
+def wrap(text: str, width: int, indent: str) -> list[str]:
+    """*text* broken at spaces into lines of at most *width* characters after *indent*."""
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]

@@ -1,0 +1,440 @@
+"""Model configs in HyperParallel's YAML format: load a bundled model or a file.
+
+The format is the one HyperParallel's trainer reads (``model.config_overrides`` with
+Hugging Face-style names, ``data.max_seq_len``, ``train.accelerator`` with the parallel
+layout, ``train.gradient_checkpointing``, ``train.mixed_precision``); the mapping to the
+original's field names follows HyperParallel's own parser (published
+``framework_parsers/cost_model_parser_hyper.py``). Bundled models live in
+``codegen/models/<name>.yaml``.
+
+Public API::
+
+    load_model(name_or_path) -> ModelConfig
+    model_names() -> tuple[str, ...]
+    ModelConfig, ModelConfigError
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .layout import CP_ALGORITHMS, Layout, LayoutError, RecomputePlan, validate
+
+__all__ = ["ModelConfig", "ModelConfigError", "load_model", "model_names"]
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+
+class ModelConfigError(ValueError):
+    """A model file that cannot be read; the message names the file and the key path."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's architecture by the original's field names, and its file's default layout.
+
+    Attributes:
+        name: the bundled name or the file's stem. source: the file it was read from.
+        s: sequence length (``data.max_seq_len``, else ``max_position_embeddings``).
+        h, a, n_kv: hidden width, attention heads, key/value heads (``num_key_value_heads``,
+            default ``a``).
+        dh: head width: ``v_head_dim`` for MLA, else ``head_dim``, else ``h / a``.
+        dhr, dc_kv, dc_q, qk_nope_head_dim: MLA rotary key width and latent ranks
+            (``qk_rope_head_dim``, ``kv_lora_rank``, ``q_lora_rank``); 0 without MLA.
+        hff: dense FFN width (``intermediate_size``). hff_exp: one expert's width
+            (``moe_intermediate_size``; ``hff`` for a dense model, as HyperParallel's parser).
+        n_exp, n_shared_exp, n_chosen_exp: routed experts (1 when dense), shared experts,
+            top-k. cap_fact: capacity factor (at least 1).
+        v: vocabulary. n_lay: body layers. n_mtp: multi-token-prediction layers
+            (``mtp_depth`` / ``num_nextn_predict_layers``). first_k_dense: leading dense layers
+            of a MoE model (``first_k_dense_replace``); kept for reference, the original's walk
+            prices every layer as the model's kind (no per-layer stack).
+        n_linrec: >0 for linear-attention layers (no YAML key; set it in Python).
+        qkv_bias, o_bias, mlp_bias, norm_bias, attn_output_gate, shared_expert_gate: layer
+            structure switches (unstated reads false, as the original's config reads 0).
+        n_qknorm: QK-norms per layer (1 with ``qk_norm`` / ``use_qk_norm``).
+        tie_emb_out: embedding and output share a table (``tie_word_embeddings``).
+        n_attMM, n_ffMM, n_normOp, n_gather, layer_norms: op counts per layer: 4 attention
+            matmuls, 3 FFN matmuls (gated MLP), 2 norm ops, 4 TP gathers, 2 norms.
+        bytes_compute, bytes_p, bytes_grad, bytes_norm: bytes per activation (``compute_dtype``),
+            parameter (``train.mixed_precision.param_dtype`` when mixed precision is enabled,
+            else ``param_init_type``), gradient (``reduce_dtype``, default float32) and norm
+            input (4, as the original's parser fixes it).
+        layout: the file's own layout (``train.accelerator``, batch, recompute, offset).
+    """
+
+    name: str
+    source: str
+    s: int
+    h: int
+    a: int
+    n_kv: int
+    dh: float
+    hff: int
+    v: int
+    n_lay: int
+    layout: Layout
+    dhr: int = 0
+    dc_kv: int = 0
+    dc_q: int = 0
+    qk_nope_head_dim: int = 0
+    hff_exp: int = 0
+    n_exp: int = 1
+    n_shared_exp: int = 0
+    n_chosen_exp: int = 1
+    cap_fact: float = 1.0
+    n_mtp: int = 0
+    first_k_dense: int = 0
+    n_linrec: int = 0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    norm_bias: bool = False
+    attn_output_gate: bool = False
+    shared_expert_gate: bool = False
+    n_qknorm: int = 0
+    tie_emb_out: bool = False
+    n_attMM: int = 4
+    n_ffMM: int = 3
+    n_normOp: int = 2
+    n_gather: int = 4
+    layer_norms: int = 2
+    attn_extra_p: float = 0.0
+    bytes_compute: float = 2.0
+    bytes_p: float = 2.0
+    bytes_grad: float = 4.0
+    bytes_norm: float = 4.0
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the layers route over several experts (``n_exp > 1``)."""
+        return self.n_exp > 1
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is MLA (a key/value latent rank is stated)."""
+        return self.dc_kv > 0
+
+    def fields(self) -> dict[str, float]:
+        """The architecture as the original's config fields, numbers as floats and switches as 0/1."""
+        out: dict[str, float] = {}
+        for f in fields(self):
+            if f.name in ("name", "source", "layout", "first_k_dense"):
+                continue
+            out[f.name] = float(getattr(self, f.name))
+        return out
+
+
+def model_names() -> tuple[str, ...]:
+    """Names of the bundled models (``codegen/models/*.yaml`` stems), sorted."""
+    return tuple(sorted(path.stem for path in MODELS_DIR.glob("*.yaml")))
+
+
+def load_model(name_or_path: str | Path) -> ModelConfig:
+    """A bundled model by name, or any file in HyperParallel's YAML format by path.
+
+    Args:
+        name_or_path: a name of :func:`model_names`, or a path to a ``.yaml`` / ``.yml`` file.
+
+    Raises:
+        ModelConfigError: for an unknown name, an unreadable or malformed file, a missing
+            required key, a value of the wrong type or sign, a non-identifier key, an unknown
+            ``train.accelerator`` key, or a default layout the model cannot run — naming the
+            file and the key.
+    """
+    path = Path(name_or_path)
+    text = str(name_or_path)
+    if path.suffix.lower() in (".yaml", ".yml") or path.is_file() or "/" in text:
+        name = path.stem
+    else:
+        name = text
+        path = MODELS_DIR / f"{text}.yaml"
+        if not path.is_file():
+            raise ModelConfigError(f"unknown model {text!r}; bundled models: {', '.join(model_names())} "
+                                   f"(or give a path to a HyperParallel YAML file)")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelConfigError(f"{path}: cannot read the model file: {exc.strerror or exc}") from None
+    try:
+        document = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ModelConfigError(f"{path}: malformed YAML: {exc}") from None
+    return _Reader(path, name).model(document)
+
+
+# --------------------------------------------------------------------------- reading
+
+_DTYPE_BYTES = {
+    "float64": 8, "fp64": 8, "double": 8,
+    "float32": 4, "fp32": 4, "float": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+# train.accelerator keys HyperParallel's parser reads (legacy and AutoModels spellings).
+_ACCELERATOR_KEYS = frozenset({
+    "dp_shard", "dp_replicate", "tp_degree", "tp_size", "pipeline_parallel_degree", "pp_size",
+    "context_parallel_degree", "cp_size", "context_parallel_algo", "expert_parallel_degree", "ep_size",
+    "expert_tensor_parallel_degree", "pp_interleave_num", "use_seq_parallel", "sequence_parallel",
+    "enable_parallel_optimizer", "optimizer_weight_shard_size", "gradient_accumulation_shard",
+    "pipeline_scheduler", "loss_parallel",
+})
+
+_MISSING = object()
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Reader:
+    """Reads one YAML document, naming the file and key path in every error."""
+
+    def __init__(self, path: Path, name: str):
+        self.path = path
+        self.name = name
+
+    def fail(self, key: str, message: str) -> ModelConfigError:
+        return ModelConfigError(f"{self.path}: {key}: {message}")
+
+    def section(self, parent: Mapping[str, Any], key: str, where: str, required: bool = False) -> Mapping[str, Any]:
+        value = parent.get(key, _MISSING)
+        path = f"{where}.{key}" if where else key
+        if value is _MISSING or value is None:
+            if required:
+                raise self.fail(path, "required section is missing")
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be a mapping of keys to values, got {type(value).__name__}")
+        for sub in value:
+            if not isinstance(sub, str) or not _IDENTIFIER.match(sub):
+                raise self.fail(f"{path}.{sub}", "keys must be identifiers (letters, digits, underscores)")
+        return value
+
+    def integer(self, section: Mapping[str, Any], key: str, where: str, default: Any = _MISSING,
+                minimum: int = 1) -> Any:
+        value = section.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            if default is _MISSING:
+                raise self.fail(f"{where}.{key}", "required key is missing")
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"{where}.{key}", f"must be a whole number, got {value!r}")
+        if value < minimum:
+            raise self.fail(f"{where}.{key}", f"must be >= {minimum}, got {value!r}")
+        return value
+
+    def number(self, section: Mapping[str, Any], key: str, where: str, default: float) -> float:
+        value = section.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise self.fail(f"{where}.{key}", f"must be a finite number > 0, got {value!r}")
+        return float(value)
+
+    def flag(self, section: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+        value = section.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
+        return value
+
+    def dtype(self, section: Mapping[str, Any], key: str, where: str, default: str) -> float:
+        value = section.get(key, default)
+        text = str(value).lower().removeprefix("torch.").removeprefix("mstype.")
+        if text not in _DTYPE_BYTES:
+            raise self.fail(f"{where}.{key}", f"unknown dtype {value!r}; known: {', '.join(sorted(_DTYPE_BYTES))}")
+        return float(_DTYPE_BYTES[text])
+
+    # ------------------------------------------------------------------ the document
+
+    def model(self, document: Any) -> ModelConfig:
+        if not isinstance(document, Mapping):
+            raise ModelConfigError(f"{self.path}: the file must hold a mapping with a 'model' section, "
+                                   f"got {type(document).__name__}")
+        model = self.section(document, "model", "", required=True)
+        over = self.section(model, "config_overrides", "model", required=True)
+        data = self.section(document, "data", "")
+        train = self.section(document, "train", "")
+        where = "model.config_overrides"
+
+        h = self.integer(over, "hidden_size", where)
+        a = self.integer(over, "num_attention_heads", where)
+        n_lay = self.integer(over, "num_hidden_layers", where)
+        hff = self.integer(over, "intermediate_size", where)
+        v = self.integer(over, "vocab_size", where)
+        if h % a:
+            raise self.fail(f"{where}.hidden_size", f"must be a multiple of num_attention_heads: {h} % {a} != 0")
+        n_kv = self.integer(over, "num_key_value_heads", where, default=a)
+        if n_kv > a or (a % n_kv):
+            raise self.fail(f"{where}.num_key_value_heads", f"must divide num_attention_heads = {a}, got {n_kv}")
+        dc_kv = self.integer(over, "kv_lora_rank", where, default=0, minimum=0)
+        dc_q = self.integer(over, "q_lora_rank", where, default=0, minimum=0)
+        dhr = self.integer(over, "qk_rope_head_dim", where, default=0, minimum=0)
+        nope = self.integer(over, "qk_nope_head_dim", where, default=0, minimum=0)
+        head_dim = self.integer(over, "head_dim", where, default=0, minimum=0)
+        v_head = self.integer(over, "v_head_dim", where, default=0, minimum=0)
+        # MLA prices its heads at the value heads' width (published derive_head_dim).
+        dh = float(v_head if (dc_kv and v_head) else head_dim or h / a)
+
+        n_exp = self.integer(over, "num_experts", where, default=0, minimum=0) or \
+            self.integer(over, "n_routed_experts", where, default=1)
+        moe = n_exp > 1
+        if moe:
+            n_chosen = self.integer(over, "num_experts_per_tok", where)
+            hff_exp = self.integer(over, "moe_intermediate_size", where)
+            n_shared = self.integer(over, "num_shared_experts", where, default=0, minimum=0) or \
+                self.integer(over, "n_shared_experts", where, default=0, minimum=0)
+            first_dense = self.integer(over, "first_k_dense_replace", where, default=0, minimum=0)
+            cap = max(1.0, self.number(over, "capacity_factor", where, default=1.0))
+            if n_chosen > n_exp:
+                raise self.fail(f"{where}.num_experts_per_tok", f"cannot exceed num_experts = {n_exp}, got {n_chosen}")
+            if first_dense > n_lay:
+                raise self.fail(f"{where}.first_k_dense_replace", f"cannot exceed num_hidden_layers = {n_lay}")
+        else:
+            n_chosen, hff_exp, n_shared, first_dense, cap = 1, hff, 0, 0, 1.0
+        n_mtp = self.integer(over, "mtp_depth", where, default=0, minimum=0) or \
+            self.integer(over, "num_nextn_predict_layers", where, default=0, minimum=0)
+
+        attention_bias = self.flag(over, "attention_bias", where, False)
+        qk_norm = self.flag(over, "qk_norm", where, False) or self.flag(over, "use_qk_norm", where, False)
+
+        s = self.integer(data, "max_seq_len", "data", default=0, minimum=0) or \
+            self.integer(over, "max_position_embeddings", where, default=0, minimum=0) or \
+            self.integer(over, "seq_length", where, default=0, minimum=0)
+        if not s:
+            raise self.fail("data.max_seq_len", "required key is missing (no sequence length: set data.max_seq_len, "
+                                                "or model.config_overrides.max_position_embeddings)")
+
+        precision = self.section(train, "mixed_precision", "train")
+        mixed = self.flag(precision, "enabled", "train.mixed_precision", bool(precision))
+        if mixed and "param_dtype" in precision:
+            bytes_p = self.dtype(precision, "param_dtype", "train.mixed_precision", "bfloat16")
+        else:
+            bytes_p = self.dtype(model, "param_init_type", "model", "float32")
+        bytes_grad = self.dtype(precision, "reduce_dtype", "train.mixed_precision", "float32")
+
+        config = ModelConfig(
+            name=self.name, source=str(self.path), s=s, h=h, a=a, n_kv=n_kv, dh=dh, hff=hff, v=v,
+            n_lay=n_lay, layout=self.layout(document, over, train, n_lay + n_mtp),
+            dhr=dhr, dc_kv=dc_kv, dc_q=dc_q, qk_nope_head_dim=nope, hff_exp=hff_exp, n_exp=n_exp,
+            n_shared_exp=n_shared, n_chosen_exp=n_chosen, cap_fact=cap, n_mtp=n_mtp, first_k_dense=first_dense,
+            qkv_bias=self.flag(over, "qkv_bias", where, attention_bias),
+            o_bias=self.flag(over, "o_bias", where, attention_bias),
+            mlp_bias=self.flag(over, "mlp_bias", where, False),
+            attn_output_gate=self.flag(over, "attn_output_gate", where, False),
+            n_qknorm=1 if qk_norm else 0,
+            tie_emb_out=self.flag(over, "tie_word_embeddings", where, False),
+            bytes_compute=self.dtype(model, "compute_dtype", "model", "bfloat16"),
+            bytes_p=bytes_p, bytes_grad=bytes_grad,
+        )
+        try:
+            validate(config, config.layout)
+        except LayoutError as exc:
+            raise ModelConfigError(f"{self.path}: the file's own layout ({config.layout}) does not fit "
+                                   f"the model: {exc}") from None
+        return config
+
+    def layout(self, document: Mapping[str, Any], over: Mapping[str, Any], train: Mapping[str, Any],
+               layers: int) -> Layout:
+        where = "train.accelerator"
+        accel = self.section(train, "accelerator", "train")
+        for key in accel:
+            if key not in _ACCELERATOR_KEYS:
+                raise self.fail(f"{where}.{key}", f"unknown key; known: {', '.join(sorted(_ACCELERATOR_KEYS))}")
+
+        def degree(*keys: str) -> int:
+            for key in keys:
+                value = self.integer(accel, key, where, default=0, minimum=0)
+                if value:
+                    return value
+            return 1
+
+        dp_shard = degree("dp_shard")
+        d = dp_shard * degree("dp_replicate")
+        t, p, cp = degree("tp_size", "tp_degree"), degree("pp_size", "pipeline_parallel_degree"), \
+            degree("cp_size", "context_parallel_degree")
+        ep, etp, vp = degree("ep_size", "expert_parallel_degree"), degree("expert_tensor_parallel_degree"), \
+            degree("pp_interleave_num")
+        # MindSpore reads -1 (and HyperParallel 0) as "shard over the whole DP group".
+        shard = self.integer(accel, "optimizer_weight_shard_size", where, default=0, minimum=-1)
+        os = shard if shard > 0 else (dp_shard if dp_shard > 1 else None)
+        cp_algo = accel.get("context_parallel_algo") or "colossalai_cp"
+        if cp_algo == "hybird_cp":  # the original's accepted typo
+            cp_algo = "hybrid_cp"
+        if cp_algo not in CP_ALGORITHMS:
+            raise self.fail(f"{where}.context_parallel_algo", f"must be one of {', '.join(CP_ALGORITHMS)}, "
+                                                              f"got {cp_algo!r}")
+
+        b = self.integer(train, "micro_batch_size", "train", default=1)
+        m = self.integer(train, "micro_batch_num", "train", default=0, minimum=0)
+        if not m:
+            gbs = self.integer(train, "global_batch_size", "train", default=0, minimum=0)
+            m = gbs // (b * d) if gbs and gbs % (b * d) == 0 else p
+
+        fsdp_section = self.section(document, "fsdp_config", "")
+        reshards = self.flag(fsdp_section, "reshard_after_forward", "fsdp_config", True) and \
+            self.flag(fsdp_section, "reshard_after_backward", "fsdp_config", True)
+
+        try:
+            return Layout(
+                d=d, t=t, p=p, m=m, cp=cp, ep=ep, b=b, vp=vp, etp=etp, os=os,
+                op=self.flag(accel, "enable_parallel_optimizer", where, True),
+                grad_shard=self.flag(accel, "gradient_accumulation_shard", where, False),
+                sp=self.flag(accel, "use_seq_parallel", where, False) or
+                self.flag(accel, "sequence_parallel", where, False),
+                fsdp=dp_shard > 1, reshards=reshards, cp_algo=cp_algo,
+                offset=self.offset(over, p), recompute=self.recompute(over, train),
+            )
+        except LayoutError as exc:
+            raise ModelConfigError(f"{self.path}: {exc}") from None
+
+    def offset(self, over: Mapping[str, Any], p: int) -> Any:
+        key = "model.config_overrides.offset"
+        value = over.get("offset")
+        if value is None or value == 0:
+            return None
+        if isinstance(value, bool):
+            raise self.fail(key, f"must be 0, an integer or a list of integers, got {value!r}")
+        if isinstance(value, int):
+            return (value,) * p
+        if isinstance(value, list):
+            return value
+        raise self.fail(key, f"must be 0, an integer or a list of integers, got {value!r}")
+
+    def recompute(self, over: Mapping[str, Any], train: Mapping[str, Any]) -> RecomputePlan:
+        """HyperParallel's ``_parse_recompute``: ``full_rec`` / ``sel_rec`` overrides win over the mode."""
+        checkpoint = self.section(train, "gradient_checkpointing", "train")
+        where = "train.gradient_checkpointing.activation_checkpoint"
+        mode = checkpoint.get("activation_checkpoint", "none")
+        if mode is True:
+            mode = "full"
+        if mode is False or mode == "off":
+            mode = "none"
+        if mode not in ("full", "selective", "none"):
+            raise self.fail(where, f"must be full, selective or none, got {mode!r}")
+        selective = over.get("sel_rec")
+        if selective is not None and not isinstance(selective, bool):
+            raise self.fail("model.config_overrides.sel_rec", f"must be true or false, got {selective!r}")
+        if selective is None:
+            selective = mode == "selective"
+        full = over.get("full_rec")
+        if full is None:
+            full = mode == "full"
+        if isinstance(full, list):
+            for i, n in enumerate(full):
+                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise self.fail(f"model.config_overrides.full_rec[{i}]", f"must be a whole number >= 0, got {n!r}")
+            return RecomputePlan("selective" if selective else mode if mode != "selective" else "none", tuple(full))
+        if not isinstance(full, bool):
+            raise self.fail("model.config_overrides.full_rec", f"must be true, false or a list per stage, got {full!r}")
+        if full:
+            return RecomputePlan("full")
+        return RecomputePlan("selective" if selective else "none")

@@ -1,0 +1,300 @@
+"""The code generator: printer goldens, lowering, rendering, errors, determinism, writing and --check."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import os
+import re
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pytest
+import sympy
+from sympy import Abs, Eq, Max, Min, Mod, Piecewise, Rational, ceiling, floor, sqrt
+
+from codegen import cli, compiler
+from codegen.compiler import compare_tree, render_tree, write_tree
+from codegen.lowering import CodegenError, lower
+from codegen.printer import float_literal, print_numpy
+from codegen.render import TEMPLATES_DIR, environment
+from symbolic import registry
+from symbolic.formula import Formula
+from symbolic.symbols import syms
+from conftest import ROOT
+
+s, b, h, a, cp, dpn, t, dh = syms("s", "b", "h", "a", "cp", "device_per_node", "t", "dh")
+
+
+def formula(name: str, expr, **meta) -> Formula:
+    fields = dict(dimension="model", algorithm="test", unit="1", doc="A test expression.", source="tests")
+    fields.update(meta)
+    return Formula(name=name, expr=sympy.sympify(expr), **fields)
+
+
+# ------------------------------------------------------------------ printer goldens
+
+
+@pytest.mark.parametrize("expr, code", [
+    (Piecewise((dh, sympy.Ne(dh, 0)), (h / a, True)), "numpy.where(numpy.not_equal(dh, 0), dh, h/a)"),
+    (Piecewise((1, cp <= dpn), (2, Eq(cp, 1)), (3, True)),
+     "numpy.where(numpy.less_equal(cp, device_per_node), 1, numpy.where(numpy.equal(cp, 1), 2, 3))"),
+    (Piecewise((s, cp <= dpn)), "numpy.where(numpy.less_equal(cp, device_per_node), s, numpy.nan)"),
+    (Max(s, b, cp), "numpy.maximum(b, numpy.maximum(cp, s))"),
+    (Min(s, b), "numpy.minimum(b, s)"),
+    (floor(s / b), "numpy.floor(s/b)"),
+    (ceiling(s / b), "numpy.ceil(s/b)"),
+    (floor(s / 49), "numpy.floor(s/49)"),
+    (floor(2 * s / (3 * b)), "numpy.floor(2*s/(3*b))"),
+    (floor(s / 4), "numpy.floor(0.25*s)"),
+    (s**2, "(s*s)"),
+    (s**-1, "1/s"),
+    (s**-3, "1/(s*s*s)"),
+    (h**2 / a**2, "(h*h)/(a*a)"),
+    (Rational(1, 3), "0.3333333333333333"),
+    (s / 10, "0.1*s"),
+    (-2 * s / 3, "-0.6666666666666666*s"),
+    (cp <= dpn, "numpy.less_equal(cp, device_per_node)"),
+    (sympy.And(cp > 1, s >= b), "numpy.logical_and.reduce((numpy.greater_equal(s, b),numpy.greater(cp, 1)))"),
+])
+def test_printer_golden(expr, code):
+    assert print_numpy(expr) == code
+
+
+@pytest.mark.parametrize("p, q", [(1, 3), (2, 3), (1, 10), (1, 125000), (7, 1 << 60), (10**30 + 1, 3), (-5, 7)])
+def test_rationals_print_as_the_nearest_float(p, q):
+    literal = float_literal(Rational(p, q))
+    assert float(literal) == float(Fraction(p, q))  # Fraction -> float is correctly rounded
+    assert "/" not in literal
+
+
+# ------------------------------------------------------------------ lowering
+
+
+def test_lowered_form_is_plain_frozen_strings():
+    low = lower(registry.get("cp_ulysses_mla_traffic_bytes"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        low.name = "other"  # type: ignore[misc]
+    assert low.arguments == tuple(sorted(low.arguments)) == registry.get(low.name).arguments
+    assert [n for n, _ in low.temporaries] == [f"tmp{i}" for i in range(len(low.temporaries))]
+    for name, code in low.temporaries:
+        assert isinstance(name, str) and isinstance(code, str)
+    assert low.quiet  # the dh fallback is a Piecewise
+    assert low.steps[-1].name == "out" and low.steps[-1].code == low.result
+    assert low.calls == sum(len(st.statements) for st in low.steps)
+    assert all(st.startswith("numpy.") for step in low.steps for st in step.statements)
+
+
+def test_op_count_is_count_ops_of_the_cse_form():
+    low = lower(formula("model_test_ops_1", s * b + s * b * h))
+    temps = {n: sympy.sympify(c.replace("numpy.", "")) for n, c in low.temporaries}
+    expected = sum(sympy.count_ops(e) for e in temps.values()) + sympy.count_ops(
+        sympy.sympify(low.result, locals={n: sympy.Symbol(n) for n in temps}))
+    assert low.ops == expected
+
+
+def test_rewrite_is_kept_only_when_cheaper():
+    # 1/t three times: factor_terms pulls it out, one division instead of three.
+    low = lower(formula("model_test_rewrite_1", a / t + b / t + h / t))
+    assert low.calls == 3 and low.rewrite != "registered"
+    plain = lower(formula("model_test_rewrite_2", s * b))
+    assert plain.rewrite == "registered" and plain.calls == 1
+
+
+# ------------------------------------------------------------------ every emitter rule, run
+
+SYNTHETIC = [
+    formula("model_test_powers_1", s**5 / b**3 - 2 * cp),
+    formula("model_test_roots_1", sqrt(s) + Rational(1, 3) * b - s ** Rational(3, 2) / h),
+    formula("model_test_negate_1", -s),
+    formula("model_test_minus_only_1", -s - 2 * b),
+    formula("model_test_reciprocal_1", 1 / (s * b)),
+    formula("model_test_extrema_1", Max(s, b, cp) - Min(s, b)),
+    formula("model_test_no_default_1", Piecewise((s, cp <= dpn), (b, Eq(cp, 1)))),
+    formula("model_test_logic_1", Piecewise((s, (cp <= 1) | (b > 2)), (h, sympy.Not(s > b)), (1, True))),
+    formula("model_test_nested_1", Piecewise((0, cp <= 1), (s / (cp - 1) * Piecewise((b, cp <= dpn), (h, True)), True))),
+    formula("model_test_rounding_1", floor(s / 3) + ceiling(b / 2) + Abs(s - 5 * b)),
+    formula("model_test_fallback_1", Mod(s, b) + 1),  # no in-place rule: the printer's code, copied
+    formula("model_test_constant_1", Rational(7, 3)),
+    formula("model_test_constant_args_1", Piecewise((Rational(1, 2), cp <= 1), (Rational(1, 2), True),
+                                                    evaluate=False)),
+    formula("model_test_cse_1", (s + b) ** 2 * (s + b + h) + (s + b) * h / (s + b + h)),
+]
+
+
+def _load(files: dict[str, str], root: Path, package: str):
+    write_tree(files, root / package)
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module(package)
+    finally:
+        sys.path.remove(str(root))
+
+
+def test_synthetic_formulas_agree_with_lambdify(tmp_path):
+    module = _load(render_tree(SYNTHETIC), tmp_path, "synthetic_generated")
+    rng = np.random.default_rng(5)
+    n = 300
+    values = {"s": rng.integers(1, 40, n).astype(float), "b": rng.integers(1, 6, n).astype(float),
+              "h": rng.uniform(0.5, 9.0, n), "cp": rng.choice([1.0, 2.0, 4.0, 8.0], n),
+              "device_per_node": rng.choice([1.0, 4.0], n)}
+    for f in SYNTHETIC:
+        symbols = sorted(f.expr.free_symbols, key=lambda x: x.name)
+        args = {x.name: values[x.name] for x in symbols}
+        with np.errstate(all="ignore"):
+            want = np.broadcast_to(sympy.lambdify(symbols, f.expr, "numpy")(*args.values()), (n,) if args else ())
+            got = getattr(module, f.name)(**args)
+        assert got.shape == want.shape, f.name
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f.name)
+
+
+def test_floor_of_an_exact_quotient_is_exact(tmp_path):
+    # 49 * fl(1/49) < 1: a floor of s*(1/49) is one too small where s/49 is a whole number.
+    f = formula("model_test_floor_exact_1", floor(s / 49) + ceiling(2 * b / 49) + floor(Rational(2, 3) * s / b))
+    module = _load(render_tree([f]), tmp_path, "floor_generated")
+    k = np.arange(1, 3000, dtype=float)
+    got = module.model_test_floor_exact_1(s=49 * k, b=49 * k)
+    np.testing.assert_array_equal(got, k + 2 * k + np.floor(2 * 49 * k / (3 * 49 * k)))
+    assert (np.floor(49 * k * (1 / 49)) != k).any()  # the trap is real
+
+
+def test_constant_formula_broadcasts_to_its_arguments(tmp_path):
+    module = _load(render_tree(SYNTHETIC[-2:]), tmp_path, "constant_generated")
+    out = module.model_test_constant_args_1(cp=np.ones((2, 3)))
+    assert out.shape == (2, 3) and (out == 0.5).all()
+
+
+# ------------------------------------------------------------------ errors name the formula
+
+
+def test_unprintable_formula_is_named():
+    bad = formula("model_test_unprintable_1", sympy.zeta(s) + b)
+    with pytest.raises(CodegenError, match="formula model_test_unprintable_1: cannot print"):
+        render_tree([bad])
+
+
+def _env_with(**overrides: str) -> jinja2.Environment:
+    sources = {p.name: p.read_text() for p in TEMPLATES_DIR.glob("*.jinja")}
+    sources.update(overrides)
+    return environment(jinja2.DictLoader(sources))
+
+
+def test_template_error_names_the_formula():
+    env = _env_with(**{"function.py.jinja": "def {{ f.name }}():\n    return {{ f.no_such_field }}\n"})
+    with pytest.raises(CodegenError, match=r"formula cp_ring_mha_traffic_bytes: template function\.py\.jinja: "
+                                           r"UndefinedError"):
+        render_tree([registry.get("cp_ring_mha_traffic_bytes")], env=env)
+
+
+def test_template_making_bad_python_names_the_formula():
+    env = _env_with(**{"function.py.jinja": "def {{ f.name }}(:\n"})
+    with pytest.raises(CodegenError, match="formula cp_ring_mha_traffic_bytes: generated code does not compile"):
+        render_tree([registry.get("cp_ring_mha_traffic_bytes")], env=env)
+
+
+def test_compile_command_reports_the_formula(monkeypatch, tmp_path, capsys):
+    bad = formula("model_test_unprintable_2", sympy.zeta(s))
+    monkeypatch.setattr(registry, "FORMULAS", {bad.name: bad})
+    assert cli.main(["compile", "--out", str(tmp_path / "out")]) == 2
+    assert "formula model_test_unprintable_2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ determinism
+
+
+def test_rendering_twice_gives_the_same_bytes():
+    subset = [f for f in registry.FORMULAS.values() if f.dimension in ("cp", "attention")]
+    first = render_tree(subset)
+    lower.cache_clear()
+    assert render_tree(subset) == first
+
+
+def test_rendering_does_not_depend_on_the_hash_seed():
+    code = ("import hashlib; from symbolic import registry; from codegen.compiler import render_tree; "
+            "files = render_tree([f for f in registry.FORMULAS.values() if f.dimension in ('cp', 'attention')]); "
+            "print(hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())")
+    subset = [f for f in registry.FORMULAS.values() if f.dimension in ("cp", "attention")]
+    here = hashlib.sha256(repr(sorted(render_tree(subset).items())).encode()).hexdigest()
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == here
+
+
+def test_header_has_command_templates_fingerprint_and_nothing_else():
+    files = render_tree([registry.get("cp_ring_mha_traffic_bytes")])
+    head = files["cp.py"].split("\n\n")[0].splitlines()
+    assert head[0] == ("# Generated by `symcost compile` from codegen/templates/module.py.jinja, "
+                       "codegen/templates/function.py.jinja.")
+    assert re.fullmatch(r"# Fingerprint \(sha256 of the sorted formulas' srepr\): [0-9a-f]{64}", head[1])
+    assert head[2] == "# Do not edit: change the formulas under symbolic/ and run `symcost compile`."
+    assert len(head) == 3  # no time stamp, no version
+
+
+# ------------------------------------------------------------------ writing and --check
+
+
+@pytest.fixture
+def small_registry(monkeypatch):
+    chosen = {n: registry.get(n) for n in ("cp_ring_mha_traffic_bytes", "attention_mha_kv_width_elements")}
+    monkeypatch.setattr(registry, "FORMULAS", chosen)
+    return chosen
+
+
+def test_write_is_complete_removes_stale_files_and_skips_when_unchanged(small_registry, tmp_path):
+    out = tmp_path / "gen"
+    out.mkdir()
+    (out / "old_dimension.py").write_text("# Generated by `symcost compile` ...\n")
+    files = render_tree()
+    diff = write_tree(files, out)
+    assert diff.stale == ("old_dimension.py",)
+    assert compiler.read_tree(out) == files
+    stamp = (out / "cp.py").stat().st_mtime_ns
+    assert write_tree(files, out).ok and (out / "cp.py").stat().st_mtime_ns == stamp
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]  # no staging or backup left behind
+
+
+def test_failed_swap_leaves_the_old_tree(small_registry, tmp_path, monkeypatch):
+    out = tmp_path / "gen"
+    out.mkdir()
+    (out / "cp.py").write_text("old\n")
+    real_rename = os.rename
+
+    def failing_rename(src, dst):
+        if Path(src).name.startswith(".gen.new-"):  # the swap of the new tree into place
+            raise OSError("disk full")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(compiler.os, "rename", failing_rename)
+    with pytest.raises(OSError, match="disk full"):
+        write_tree(render_tree(), out)
+    assert compiler.read_tree(out) == {"cp.py": "old\n"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]
+
+
+def test_check_fails_with_a_diff_and_the_command_then_passes(small_registry, tmp_path, capsys):
+    out = tmp_path / "gen"
+    assert cli.main(["compile", "--out", str(out), "--check"]) == 1
+    assert "missing:" in capsys.readouterr().out
+    assert cli.main(["compile", "--out", str(out)]) == 0
+    assert cli.main(["compile", "--out", str(out), "--check"]) == 0
+    capsys.readouterr()
+    text = (out / "cp.py").read_text()
+    (out / "cp.py").write_text(text.replace("numpy.multiply", "numpy.add", 1))
+    (out / "stale.py").write_text("")
+    assert cli.main(["compile", "--out", str(out), "--check"]) == 1
+    report = capsys.readouterr().out
+    lines = report.splitlines()
+    assert any(line.startswith("--- ") for line in lines) and any(line.startswith("+++ ") for line in lines)
+    assert any(line.startswith("-") and "numpy.add" in line for line in lines)
+    assert any(line.startswith("+") and "numpy.multiply" in line for line in lines)
+    assert "stale" in report and "stale.py" in report
+    assert report.rstrip().endswith("run `symcost compile` to regenerate it.")
+    assert compare_tree(render_tree(), out).changed.keys() == {"cp.py"}
