@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from .compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
-from .render import COMMAND
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,5 +41,3 @@ def run(args: argparse.Namespace) -> int:
               f"{len(diff.stale)} stale removed)")
     return 0
 
-
-__all__ = ["register", "run", "COMMAND"]

@@ -50,7 +50,7 @@ def attention_head_width_elements(*, a, dh, h):
         reals=0,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, a, dh, h in call.blocks():
             # out = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -122,7 +122,7 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, a, dh, n_kv, t in call.blocks():
             # out = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/t

@@ -102,7 +102,7 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
             # out = 4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
@@ -205,7 +205,7 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
             # out = 4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
@@ -266,7 +266,7 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
             # out = 4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
@@ -321,7 +321,7 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
             # out = 4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
@@ -425,7 +425,7 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
@@ -535,7 +535,7 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, a, dh, h, t in call.blocks():
             # out = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t
@@ -581,7 +581,7 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node in call.blocks():
             # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
@@ -591,11 +591,12 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
             numpy.divide(r0, r1, out=r0)
             # out = numpy.where(numpy.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0)
             #     + bw_intra*tmp0)
-            numpy.multiply(r0, bw_intra, out=out)
-            numpy.subtract(1.0, r0, out=r1)
-            numpy.multiply(r1, bw_inter, out=r1)
-            numpy.add(out, r1, out=out)
             numpy.less_equal(cp, device_per_node, out=m0)
+            if not m0.all():
+                numpy.multiply(r0, bw_intra, out=out)
+                numpy.subtract(1.0, r0, out=r1)
+                numpy.multiply(r1, bw_inter, out=r1)
+                numpy.add(out, r1, out=out)
             numpy.copyto(out, bw_intra, where=m0)
     return call.out
 
@@ -626,7 +627,7 @@ def cp_topology_code(*, cp, device_per_node):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, cp, device_per_node in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, device_per_node), 1,
@@ -694,7 +695,7 @@ def cp_record_ring_directions_count(*, cp):
         reals=0,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, cp in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2)
@@ -732,11 +733,11 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
         ("bw_inter", "bw_intra", "cp", "device_per_node"),
         (bw_inter, bw_intra, cp, device_per_node),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node in call.blocks():
+        for out, r0, r1, m0, m1, bw_inter, bw_intra, cp, device_per_node in call.blocks():
             # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
             numpy.minimum(cp, device_per_node, out=r0)
             numpy.subtract(r0, 1.0, out=r0)
@@ -744,13 +745,15 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
             numpy.divide(r0, r1, out=r0)
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
             #     device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
-            numpy.multiply(r0, bw_intra, out=out)
-            numpy.subtract(1.0, r0, out=r1)
-            numpy.multiply(r1, bw_inter, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.copyto(out, bw_intra, where=m0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r0, bw_intra, out=out)
+                    numpy.subtract(1.0, r0, out=r1)
+                    numpy.multiply(r1, bw_inter, out=r1)
+                    numpy.add(out, r1, out=out)
+                numpy.copyto(out, bw_intra, where=m1)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -782,7 +785,7 @@ def cp_record_topology_code(*, cp, device_per_node):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, cp, device_per_node in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
@@ -858,19 +861,20 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, a, b, cp, dh, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*a*b*dh*s*(cp - 1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, a, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, a, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -906,19 +910,20 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, a, b, cp, dh, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*a*b*dh*s*(cp - 1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, a, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, a, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -956,11 +961,11 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
         (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -970,23 +975,25 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     4e-06*(a*b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node),
             #     1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, a, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 4e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, a, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1024,11 +1031,11 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
         (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1038,23 +1045,25 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     2e-06*(a*b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node),
             #     1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, a, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 2e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, a, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 2e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1085,7 +1094,7 @@ def cp_ring_record_ring_steps_count(*, cp):
         reals=0,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, cp in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, cp - 1)
@@ -1125,16 +1134,17 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, cp, h, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*h*s/(cp*t))
-            numpy.multiply(b, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(b, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1169,18 +1179,19 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, cp, h, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*b*h*s*(cp - 1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 8.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1218,11 +1229,11 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
         (b, bw_inter, bw_intra, cp, device_per_node, h, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, b, bw_inter, bw_intra, cp, device_per_node, h, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1232,22 +1243,24 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     8e-06*(b*h*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
             #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 8e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 8e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1285,11 +1298,11 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
         (b, bw_inter, bw_intra, cp, device_per_node, h, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, b, bw_inter, bw_intra, cp, device_per_node, h, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1299,22 +1312,24 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     4e-06*(b*h*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
             #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 4e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1350,24 +1365,25 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
         ("a", "b", "cp", "dh", "n_kv", "s", "t"),
         (a, b, cp, dh, n_kv, s, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, cp, dh, n_kv, s, t in call.blocks():
+        for out, r0, m0, m1, a, b, cp, dh, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*dh*s*numpy.where(numpy.greater(n_kv,
             #     0), numpy.minimum(a, n_kv), a)/(cp*t))
-            numpy.copyto(out, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.copyto(out, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r0)
+                numpy.copyto(out, r0, where=m1)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1403,26 +1419,27 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
         ("a", "b", "cp", "dh", "n_kv", "s", "t"),
         (a, b, cp, dh, n_kv, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, cp, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, cp, dh, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*b*dh*s*(cp -
             #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 8.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.copyto(r0, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1463,11 +1480,11 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
         (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1478,27 +1495,29 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
             #     8e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
             #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*numpy.where(numpy.greater(n_kv, 0),
             #     numpy.minimum(a, n_kv), a)/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.copyto(r2, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 8e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(r2, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r3)
+                numpy.copyto(r2, r3, where=m1)
+                numpy.multiply(out, r2, out=out)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 8e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1539,11 +1558,11 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
         (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1554,27 +1573,29 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
             #     4e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
             #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*numpy.where(numpy.greater(n_kv, 0),
             #     numpy.minimum(a, n_kv), a)/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.copyto(r2, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 4e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(r2, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r3)
+                numpy.copyto(r2, r3, where=m1)
+                numpy.multiply(out, r2, out=out)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1609,16 +1630,17 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, cp, dh, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*dh*s/(cp*t))
-            numpy.multiply(dh, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(dh, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1653,18 +1675,19 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, cp, dh, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 8.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1702,11 +1725,11 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
         (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1716,22 +1739,24 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     8e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
             #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 8e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 8e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1769,11 +1794,11 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
         (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1783,22 +1808,24 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     4e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
             #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=out)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 4e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.divide(1.0, bw_intra, out=r2)
+                numpy.copyto(out, r2, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1835,19 +1862,20 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, cp, dh, dhr, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*b*n_kv*s*(2*dh + dhr)/(cp*t))
-            numpy.multiply(dh, 2.0, out=out)
-            numpy.add(out, dhr, out=out)
-            numpy.multiply(out, n_kv, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(dh, 2.0, out=out)
+                numpy.add(out, dhr, out=out)
+                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1884,21 +1912,22 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, cp, dh, dhr, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(dh, 2.0, out=r0)
-            numpy.add(r0, dhr, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, n_kv, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(dh, 2.0, out=r0)
+                numpy.add(r0, dhr, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1938,11 +1967,11 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
         (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1952,25 +1981,27 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4e-06*(b*n_kv*s*tmp0*(2*dh +
             #     dhr)*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1
             #     - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(dh, 2.0, out=out)
-            numpy.add(out, dhr, out=out)
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, n_kv, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 4e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(dh, 2.0, out=out)
+                numpy.add(out, dhr, out=out)
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=r2)
+                numpy.divide(1.0, bw_intra, out=r3)
+                numpy.copyto(r2, r3, where=m1)
+                numpy.multiply(out, r2, out=out)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2010,11 +2041,11 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
         (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t),
         reals=4,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -2024,25 +2055,27 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2e-06*(b*n_kv*s*tmp0*(2*dh +
             #     dhr)*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1
             #     - tmp1) + bw_intra*tmp1))/(cp*t)))
-            numpy.multiply(dh, 2.0, out=out)
-            numpy.add(out, dhr, out=out)
-            numpy.multiply(r1, bw_intra, out=r2)
-            numpy.subtract(1.0, r1, out=r3)
-            numpy.multiply(r3, bw_inter, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.divide(1.0, bw_intra, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, n_kv, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r2)
-            numpy.divide(out, r2, out=out)
-            numpy.multiply(out, 2e-06, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(dh, 2.0, out=out)
+                numpy.add(out, dhr, out=out)
+                numpy.less_equal(cp, device_per_node, out=m1)
+                if not m1.all():
+                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.subtract(1.0, r1, out=r3)
+                    numpy.multiply(r3, bw_inter, out=r3)
+                    numpy.add(r2, r3, out=r2)
+                    numpy.divide(1.0, r2, out=r2)
+                numpy.divide(1.0, bw_intra, out=r3)
+                numpy.copyto(r2, r3, where=m1)
+                numpy.multiply(out, r2, out=out)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r2)
+                numpy.divide(out, r2, out=out)
+                numpy.multiply(out, 2e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2074,7 +2107,7 @@ def cp_record_mha_kv_dim_elements(*, cp, h, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, cp, h, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(h/t))
@@ -2112,21 +2145,22 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
         ("a", "cp", "dh", "n_kv", "t"),
         (a, cp, dh, n_kv, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, cp, dh, n_kv, t in call.blocks():
+        for out, r0, r1, m0, m1, a, cp, dh, n_kv, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
             #     numpy.floor(dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/t))
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, dh, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.floor(r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.copyto(r0, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(r0, dh, out=r0)
+                numpy.divide(r0, t, out=r0)
+                numpy.floor(r0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2158,7 +2192,7 @@ def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, cp, dh, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(dh/t))
@@ -2198,17 +2232,18 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, cp, dh, dhr, n_kv, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(0.5*(n_kv*(2*dh + dhr)/t)))
-            numpy.multiply(dh, 2.0, out=r0)
-            numpy.add(r0, dhr, out=r0)
-            numpy.multiply(r0, n_kv, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.multiply(r0, 0.5, out=r0)
-            numpy.floor(r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(dh, 2.0, out=r0)
+                numpy.add(r0, dhr, out=r0)
+                numpy.multiply(r0, n_kv, out=r0)
+                numpy.divide(r0, t, out=r0)
+                numpy.multiply(r0, 0.5, out=r0)
+                numpy.floor(r0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2245,28 +2280,29 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
+        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
             #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.add(r0, h, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.divide(h, a, out=r0)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r0, dh, where=m1)
+                numpy.multiply(r0, a, out=r0)
+                numpy.add(r0, h, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2302,19 +2338,20 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, bytes_compute, cp, h, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2352,34 +2389,35 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
         ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
             #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
             #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, dh, out=r0)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, a, out=r1)
-            numpy.add(r0, r1, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.copyto(r0, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(r0, dh, out=r0)
+                numpy.divide(h, a, out=r1)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r1, dh, where=m1)
+                numpy.multiply(r1, a, out=r1)
+                numpy.add(r0, r1, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2416,27 +2454,28 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
         ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, n_kv, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
             #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.copyto(r0, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2473,28 +2512,29 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
+        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
             #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.add(r0, dh, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.divide(h, a, out=r0)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r0, dh, where=m1)
+                numpy.multiply(r0, a, out=r0)
+                numpy.add(r0, dh, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2530,19 +2570,20 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, bytes_compute, cp, dh, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2584,7 +2625,7 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
@@ -2593,24 +2634,25 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
             numpy.copyto(r0, dh, where=m0)
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 +
             #     a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(r0, a, out=r1)
-            numpy.multiply(dh, 2.0, out=r2)
-            numpy.add(r2, dhr, out=r2)
-            numpy.multiply(r2, n_kv, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dhr, out=r2)
-            numpy.multiply(r2, a, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(out, r1, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(r0, a, out=r1)
+                numpy.multiply(dh, 2.0, out=r2)
+                numpy.add(r2, dhr, out=r2)
+                numpy.multiply(r2, n_kv, out=r2)
+                numpy.add(r1, r2, out=r1)
+                numpy.add(r0, dhr, out=r2)
+                numpy.multiply(r2, a, out=r2)
+                numpy.add(r1, r2, out=r1)
+                numpy.multiply(out, r1, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(out, r1, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2648,23 +2690,24 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh
             #     + dhr)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(dh, 2.0, out=r0)
-            numpy.add(r0, dhr, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, n_kv, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(dh, 2.0, out=r0)
+                numpy.add(r0, dhr, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2697,22 +2740,23 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
         ("a", "cp", "dh", "h", "t"),
         (a, cp, dh, h, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, cp, dh, h, t in call.blocks():
+        for out, r0, m0, m1, a, cp, dh, h, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*a*numpy.where(numpy.not_equal(dh, 0),
             #     (dh*dh), (h*h)/(a*a))/t)
-            numpy.multiply(h, h, out=out)
-            numpy.multiply(a, a, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.multiply(dh, dh, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, a, out=out)
-            numpy.divide(out, t, out=out)
-            numpy.multiply(out, 8.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(h, h, out=out)
+                numpy.multiply(a, a, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.multiply(dh, dh, out=r0)
+                numpy.copyto(out, r0, where=m1)
+                numpy.multiply(out, a, out=out)
+                numpy.divide(out, t, out=out)
+                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out

@@ -94,20 +94,21 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
             numpy.add(P_r, P_s, out=r0)
             # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
             #     tmp0/(cp*ep*t_exp))
-            numpy.maximum(ep, t_exp, out=r1)
-            numpy.divide(r0, r1, out=out)
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(r0, r1, out=r1)
-            numpy.add(out, r1, out=out)
             numpy.equal(r0, 0.0, out=m0)
+            if not m0.all():
+                numpy.maximum(ep, t_exp, out=r1)
+                numpy.divide(r0, r1, out=out)
+                numpy.multiply(cp, ep, out=r1)
+                numpy.multiply(r1, t_exp, out=r1)
+                numpy.divide(r0, r1, out=r1)
+                numpy.add(out, r1, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -143,7 +144,7 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
@@ -229,7 +230,7 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         reals=4,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_ne/t -> r0
@@ -239,13 +240,14 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/numpy.maximum(ep, t_exp) +
             #     tmp2/(cp*ep*t_exp)) + tmp0/cp
             numpy.divide(r0, cp, out=out)
-            numpy.maximum(ep, t_exp, out=r2)
-            numpy.divide(r1, r2, out=r2)
-            numpy.multiply(cp, ep, out=r3)
-            numpy.multiply(r3, t_exp, out=r3)
-            numpy.divide(r1, r3, out=r3)
-            numpy.add(r2, r3, out=r2)
             numpy.equal(r1, 0.0, out=m0)
+            if not m0.all():
+                numpy.maximum(ep, t_exp, out=r2)
+                numpy.divide(r1, r2, out=r2)
+                numpy.multiply(cp, ep, out=r3)
+                numpy.multiply(r3, t_exp, out=r3)
+                numpy.divide(r1, r3, out=r3)
+                numpy.add(r2, r3, out=r2)
             numpy.copyto(r2, 0.0, where=m0)
             numpy.add(out, r2, out=out)
             numpy.add(out, r0, out=out)
@@ -285,7 +287,7 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_ne/t -> r0
@@ -372,7 +374,7 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
@@ -380,13 +382,14 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
             #     tmp0/(cp*ep*t_exp))
             numpy.divide(P_ne, t, out=out)
-            numpy.maximum(ep, t_exp, out=r1)
-            numpy.divide(r0, r1, out=r1)
-            numpy.multiply(cp, ep, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(r0, r2, out=r2)
-            numpy.add(r1, r2, out=r1)
             numpy.equal(r0, 0.0, out=m0)
+            if not m0.all():
+                numpy.maximum(ep, t_exp, out=r1)
+                numpy.divide(r0, r1, out=r1)
+                numpy.multiply(cp, ep, out=r2)
+                numpy.multiply(r2, t_exp, out=r2)
+                numpy.divide(r0, r2, out=r2)
+                numpy.add(r1, r2, out=r1)
             numpy.copyto(r1, 0.0, where=m0)
             numpy.add(out, r1, out=out)
     return call.out
@@ -425,7 +428,7 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
@@ -620,23 +623,25 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
         ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard"),
         (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard in call.blocks():
+        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard in call.blocks():
             # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
             #     1)*numpy.where(numpy.equal(n_exp, 1), 0.0625, 0.8*1/numpy.maximum(1,
             #     ep/device_intra_node_num))/d)
-            numpy.subtract(comm_d_non_exp, 1.0, out=out)
-            numpy.divide(ep, device_intra_node_num, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.divide(0.8, r0, out=r0)
-            numpy.equal(n_exp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0625, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, os_max_shard, out=out)
-            numpy.divide(out, d, out=out)
             numpy.equal(comm_d_non_exp, 0.0, out=m0)
+            if not m0.all():
+                numpy.subtract(comm_d_non_exp, 1.0, out=out)
+                numpy.equal(n_exp, 1.0, out=m1)
+                if not m1.all():
+                    numpy.divide(ep, device_intra_node_num, out=r0)
+                    numpy.maximum(r0, 1.0, out=r0)
+                    numpy.divide(0.8, r0, out=r0)
+                numpy.copyto(r0, 0.0625, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, os_max_shard, out=out)
+                numpy.divide(out, d, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out

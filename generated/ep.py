@@ -57,26 +57,27 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
         reals=1,
         masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
             #     0),numpy.less_equal(ep, 1))), 0, 2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep
             #     - 1)/(cp*ep))
-            numpy.subtract(ep, 1.0, out=out)
-            numpy.multiply(out, comm_ep, out=out)
-            numpy.multiply(out, n_chosen_exp, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, mb, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, ep, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
+            if not m0.all():
+                numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, comm_ep, out=out)
+                numpy.multiply(out, n_chosen_exp, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, mb, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, ep, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -115,23 +116,24 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
         reals=0,
         masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
             #     0),numpy.less_equal(ep, 1))), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep
             #     - 1)/ep)
-            numpy.subtract(ep, 1.0, out=out)
-            numpy.multiply(out, comm_ep, out=out)
-            numpy.multiply(out, max_rank_tokens, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, mb, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.divide(out, ep, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
+            if not m0.all():
+                numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, comm_ep, out=out)
+                numpy.multiply(out, max_rank_tokens, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, mb, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.divide(out, ep, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -173,7 +175,7 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t in call.blocks():
             # out = 4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/numpy.minimum(device_i

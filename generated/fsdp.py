@@ -827,7 +827,7 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
         reals=4,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, m0, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
@@ -899,7 +899,7 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
@@ -1173,7 +1173,7 @@ def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m, shard_p_os_non_exp_partial, t in call.blocks():
             # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 1/m, 1)
@@ -1214,7 +1214,7 @@ def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, cp, m, shard_p_os_non_exp_partial, t in call.blocks():
             # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, cp*t), 1/m, 1)

@@ -77,7 +77,7 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
         reals=6,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
@@ -232,7 +232,7 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
         reals=5,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
@@ -354,7 +354,7 @@ def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_e
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate in call.blocks():
             # out = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
@@ -423,7 +423,7 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r0
@@ -519,7 +519,7 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r0
@@ -610,7 +610,7 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
         reals=4,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, m0, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim in call.blocks():
             # tmp0 = a*h -> r0
@@ -702,7 +702,7 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
         reals=4,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, m0, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim in call.blocks():
             # tmp0 = a*h -> r0

@@ -290,25 +290,26 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
         reals=1,
         masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
             #     0),numpy.less_equal(ep, 1))), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep -
             #     1)/(cp*ep))
-            numpy.subtract(ep, 1.0, out=out)
-            numpy.multiply(out, comm_ep, out=out)
-            numpy.multiply(out, n_chosen_exp, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, ep, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
+            if not m0.all():
+                numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, comm_ep, out=out)
+                numpy.multiply(out, n_chosen_exp, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, ep, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -345,22 +346,23 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
         reals=0,
         masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
             #     0),numpy.less_equal(ep, 1))), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep -
             #     1)/ep)
-            numpy.subtract(ep, 1.0, out=out)
-            numpy.multiply(out, comm_ep, out=out)
-            numpy.multiply(out, max_rank_tokens, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.divide(out, ep, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
+            if not m0.all():
+                numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, comm_ep, out=out)
+                numpy.multiply(out, max_rank_tokens, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.divide(out, ep, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -426,20 +428,21 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, bytes_compute, cp, h, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp -
             #     1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, h, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -478,21 +481,22 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     4*b*bytes_compute*h*s*(cp - 1)/(cp*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, h, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 4.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, h, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -528,23 +532,24 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
         ("a", "cp", "dh", "h", "t"),
         (a, cp, dh, h, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, cp, dh, h, t in call.blocks():
+        for out, r0, m0, m1, a, cp, dh, h, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 8*a*numpy.where(numpy.not_equal(dh,
             #     0), (dh*dh), (h*h)/(a*a))/t)
-            numpy.multiply(h, h, out=out)
-            numpy.multiply(a, a, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.multiply(dh, dh, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, a, out=out)
-            numpy.divide(out, t, out=out)
-            numpy.multiply(out, 8.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(h, h, out=out)
+                numpy.multiply(a, a, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.multiply(dh, dh, out=r0)
+                numpy.copyto(out, r0, where=m1)
+                numpy.multiply(out, a, out=out)
+                numpy.divide(out, t, out=out)
+                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -581,24 +586,25 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
         ("a", "cp", "dh", "gather", "h", "t"),
         (a, cp, dh, gather, h, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, cp, dh, gather, h, t in call.blocks():
+        for out, r0, r1, m0, m1, a, cp, dh, gather, h, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t))
             numpy.subtract(1.0, gather, out=out)
-            numpy.multiply(h, h, out=r0)
-            numpy.multiply(a, a, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.multiply(dh, dh, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.multiply(r0, 8.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.multiply(h, h, out=r0)
+                numpy.multiply(a, a, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.multiply(dh, dh, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(r0, a, out=r0)
+                numpy.divide(r0, t, out=r0)
+                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -638,27 +644,28 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
         ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, n_kv, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
             #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.copyto(r0, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -698,29 +705,30 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, gather, n_kv, s, t),
         reals=3,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, n_kv, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
             #     numpy.minimum(a, n_kv), a)/(cp*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.copyto(r1, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(r0, dh, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 4.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.copyto(r1, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r2)
+                numpy.copyto(r1, r2, where=m1)
+                numpy.multiply(r0, r1, out=r0)
+                numpy.multiply(r0, dh, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -759,20 +767,21 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, bytes_compute, cp, dh, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
             #     1)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -811,21 +820,22 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.multiply(r0, dh, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 4.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, dh, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -866,23 +876,24 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
         reals=1,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp -
             #     1)*(2*dh + dhr)/(cp*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(dh, 2.0, out=r0)
-            numpy.add(r0, dhr, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, n_kv, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(dh, 2.0, out=r0)
+                numpy.add(r0, dhr, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -924,24 +935,25 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
         reals=2,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.multiply(dh, 2.0, out=r1)
-            numpy.add(r1, dhr, out=r1)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(r0, n_kv, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(dh, 2.0, out=r1)
+                numpy.add(r1, dhr, out=r1)
+                numpy.multiply(r0, r1, out=r0)
+                numpy.multiply(r0, n_kv, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -981,28 +993,29 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
+        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
             #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.add(r0, h, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.divide(h, a, out=r0)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r0, dh, where=m1)
+                numpy.multiply(r0, a, out=r0)
+                numpy.add(r0, h, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1042,30 +1055,31 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, gather, h, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
             #     h)/((cp*cp)*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, a, out=r1)
-            numpy.add(r1, h, out=r1)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, cp, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 4.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.divide(h, a, out=r1)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r1, dh, where=m1)
+                numpy.multiply(r1, a, out=r1)
+                numpy.add(r1, h, out=r1)
+                numpy.multiply(r0, r1, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -1106,34 +1120,35 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
         ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
             #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
             #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, dh, out=r0)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, a, out=r1)
-            numpy.add(r0, r1, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.copyto(r0, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r1)
+                numpy.copyto(r0, r1, where=m1)
+                numpy.multiply(r0, dh, out=r0)
+                numpy.divide(h, a, out=r1)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r1, dh, where=m1)
+                numpy.multiply(r1, a, out=r1)
+                numpy.add(r0, r1, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1175,35 +1190,36 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t),
         reals=3,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
             #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.copyto(r1, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(r1, dh, out=r1)
-            numpy.divide(h, a, out=r2)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r2, dh, where=m0)
-            numpy.multiply(r2, a, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, cp, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 4.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.copyto(r1, a)
+                numpy.greater(n_kv, 0.0, out=m1)
+                numpy.minimum(a, n_kv, out=r2)
+                numpy.copyto(r1, r2, where=m1)
+                numpy.multiply(r1, dh, out=r1)
+                numpy.divide(h, a, out=r2)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r2, dh, where=m1)
+                numpy.multiply(r2, a, out=r2)
+                numpy.add(r1, r2, out=r1)
+                numpy.multiply(r0, r1, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -1243,28 +1259,29 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
         reals=1,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
+        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
             #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.add(r0, dh, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.divide(h, a, out=r0)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r0, dh, where=m1)
+                numpy.multiply(r0, a, out=r0)
+                numpy.add(r0, dh, out=r0)
+                numpy.multiply(out, r0, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1304,30 +1321,31 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, gather, h, s, t),
         reals=2,
-        masks=1,
+        masks=2,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, s, t in call.blocks():
+        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, s, t in call.blocks():
             # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
             #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
             #     dh)/((cp*cp)*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r0)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, a, out=r1)
-            numpy.add(r1, dh, out=r1)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.multiply(r0, b, out=r0)
-            numpy.multiply(r0, s, out=r0)
-            numpy.multiply(cp, cp, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            numpy.multiply(r0, 4.0, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.divide(h, a, out=r1)
+                numpy.not_equal(dh, 0.0, out=m1)
+                numpy.copyto(r1, dh, where=m1)
+                numpy.multiply(r1, a, out=r1)
+                numpy.add(r1, dh, out=r1)
+                numpy.multiply(r0, r1, out=r0)
+                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(r0, s, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, 0.5, out=out)
@@ -1372,7 +1390,7 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
         reals=3,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
@@ -1381,24 +1399,25 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
             numpy.copyto(r0, dh, where=m0)
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0
             #     + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(r0, a, out=r1)
-            numpy.multiply(dh, 2.0, out=r2)
-            numpy.add(r2, dhr, out=r2)
-            numpy.multiply(r2, n_kv, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dhr, out=r2)
-            numpy.multiply(r2, a, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(out, r1, out=out)
-            numpy.multiply(out, 2.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(r0, a, out=r1)
+                numpy.multiply(dh, 2.0, out=r2)
+                numpy.add(r2, dhr, out=r2)
+                numpy.multiply(r2, n_kv, out=r2)
+                numpy.add(r1, r2, out=r1)
+                numpy.add(r0, dhr, out=r2)
+                numpy.multiply(r2, a, out=r2)
+                numpy.add(r1, r2, out=r1)
+                numpy.multiply(out, r1, out=out)
+                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(out, s, out=out)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(out, r1, out=out)
+                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1443,7 +1462,7 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
         reals=4,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t in call.blocks():
             # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
@@ -1454,24 +1473,25 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
             #     2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
             #     dhr))/((cp*cp)*t)))
             numpy.subtract(1.0, gather, out=out)
-            numpy.subtract(cp, 1.0, out=r1)
-            numpy.multiply(r0, a, out=r2)
-            numpy.multiply(dh, 2.0, out=r3)
-            numpy.add(r3, dhr, out=r3)
-            numpy.multiply(r3, n_kv, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r0, dhr, out=r3)
-            numpy.multiply(r3, a, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r1, r2, out=r1)
-            numpy.multiply(r1, bytes_compute, out=r1)
-            numpy.multiply(r1, b, out=r1)
-            numpy.multiply(r1, s, out=r1)
-            numpy.multiply(cp, cp, out=r2)
-            numpy.multiply(r2, t, out=r2)
-            numpy.divide(r1, r2, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
             numpy.less_equal(cp, 1.0, out=m0)
+            if not m0.all():
+                numpy.subtract(cp, 1.0, out=r1)
+                numpy.multiply(r0, a, out=r2)
+                numpy.multiply(dh, 2.0, out=r3)
+                numpy.add(r3, dhr, out=r3)
+                numpy.multiply(r3, n_kv, out=r3)
+                numpy.add(r2, r3, out=r2)
+                numpy.add(r0, dhr, out=r3)
+                numpy.multiply(r3, a, out=r3)
+                numpy.add(r2, r3, out=r2)
+                numpy.multiply(r1, r2, out=r1)
+                numpy.multiply(r1, bytes_compute, out=r1)
+                numpy.multiply(r1, b, out=r1)
+                numpy.multiply(r1, s, out=r1)
+                numpy.multiply(cp, cp, out=r2)
+                numpy.multiply(r2, t, out=r2)
+                numpy.divide(r1, r2, out=r1)
+                numpy.multiply(r1, 2.0, out=r1)
             numpy.copyto(r1, 0.0, where=m0)
             numpy.multiply(out, r1, out=out)
             numpy.multiply(out, 0.5, out=out)

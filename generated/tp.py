@@ -264,7 +264,7 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
         reals=0,
         masks=1,
     )
-    # Piecewise: every branch is computed and masked, so a dead branch may divide by zero quietly.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, b, bytes_compute, h, s, t in call.blocks():
             # out = b*bytes_compute*h*s*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)

@@ -298,3 +298,68 @@ def test_check_fails_with_a_diff_and_the_command_then_passes(small_registry, tmp
     assert "stale" in report and "stale.py" in report
     assert report.rstrip().endswith("run `symcost compile` to regenerate it.")
     assert compare_tree(render_tree(), out).changed.keys() == {"cp.py"}
+
+
+# ------------------------------------------------------------------ random expressions, run
+
+
+def _expressions():
+    from hypothesis import strategies as st
+
+    leaves = st.sampled_from([s, b, h, cp, sympy.Integer(2), sympy.Integer(-3), Rational(1, 3), Rational(5, 2)])
+
+    def grow(children):
+        pair = st.tuples(children, children)
+        conds = st.tuples(children, children).map(lambda p: p[0] <= p[1]) | \
+            st.tuples(children, children).map(lambda p: sympy.Ne(p[0], p[1]))
+        return st.one_of(
+            pair.map(lambda p: p[0] + p[1]),
+            pair.map(lambda p: p[0] - p[1]),
+            pair.map(lambda p: p[0] * p[1]),
+            pair.map(lambda p: p[0] / (p[1] ** 2 + 1)),
+            st.tuples(children, st.integers(-3, 4)).map(lambda p: (p[0] ** 2 + 1) ** p[1]),
+            pair.map(lambda p: Max(p[0], p[1])),
+            pair.map(lambda p: Min(p[0], p[1], cp)),
+            st.tuples(children, conds, children).map(lambda p: Piecewise((p[0], p[1]), (p[2], True))),
+        )
+
+    tree = st.recursive(leaves, grow, max_leaves=12)
+    cond = st.tuples(tree, tree).map(lambda p: p[0] <= p[1])
+    pieces = st.tuples(tree, cond, tree, cond, tree).map(
+        lambda p: Piecewise((p[0], p[1]), (p[2], p[3]), (p[4], True)) * (p[0] + 1))
+    return st.one_of(tree, pieces, tree.map(lambda e: floor(e / 7)))
+
+
+def test_random_expressions_agree_with_lambdify():
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    import generated._runtime as runtime
+    from codegen.compiler import _render_function
+
+    env = environment()
+    rng = np.random.default_rng(11)
+    # Non-integer values: a floor or a comparison then never sits exactly on a boundary, where the
+    # reference's own rounding (x*(1/7) for x/7) could decide it differently.
+    values = {name: rng.uniform(0.5, 6.0, 64) for name in ("s", "b", "h", "cp")}
+
+    checked = []
+
+    @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+              phases=[Phase.generate])
+    @given(_expressions())
+    def check(expr):
+        if not isinstance(expr, sympy.Expr) or expr.has(sympy.zoo, sympy.nan, sympy.oo):
+            return
+        checked.append(expr)
+        f = formula("model_test_random_1", expr)
+        namespace = {"numpy": np, "_runtime": runtime}
+        exec(_render_function(env, lower(f)), namespace)
+        args = {name: values[name] for name in f.arguments}
+        symbols = sorted(expr.free_symbols, key=lambda x: x.name)
+        with np.errstate(all="ignore"):
+            want = np.broadcast_to(sympy.lambdify(symbols, expr, "numpy")(*args.values()), (64,) if args else ())
+            got = namespace[f.name](**args)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=sympy.sstr(expr))
+
+    check()
+    assert len(checked) >= 20 and sum(e.has(Piecewise) for e in checked) >= 5

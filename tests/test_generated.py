@@ -101,10 +101,15 @@ def test_both_cp_topology_branches_occur():
 
 
 @pytest.mark.parametrize("name", ["cp_ulysses_mla_traffic_bytes", "cp_ring_gqa_record_total_comm_time_ms",
+                                  "cp_record_effective_bandwidth_gbps", "cp_ulysses_mla_record_comm_volume_bytes",
                                   "cp_topology_code", "attention_head_width_elements"])
-def test_blocks_give_the_same_numbers(name, monkeypatch):
-    # Small blocks, so that 203 layouts run as several full blocks and a partial last one.
+@pytest.mark.parametrize("order", ["random", "sorted"])
+def test_blocks_give_the_same_numbers(name, order, monkeypatch):
+    # Small blocks, so that 203 layouts run as several full blocks and a partial last one; sorted by
+    # cp, whole blocks have cp = 1 (or cp <= device_per_node) and skip the Piecewise's default branch.
     values = valid_values(registry.get(name).arguments, 203, seed=7)
+    if order == "sorted" and "cp" in values:
+        values = {k: v[np.argsort(values["cp"], kind="stable")] for k, v in values.items()}
     whole = getattr(generated, name)(**values)
     monkeypatch.setattr(generated._runtime, "BLOCK", 16)
     blocked = getattr(generated, name)(**values)
