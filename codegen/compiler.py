@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import jinja2
 
@@ -42,6 +42,7 @@ __all__ = [
     "compare_tree",
     "write_tree",
     "read_tree",
+    "compile_in_memory",
 ]
 
 #: Elements per block of the generated loops (see the runtime template).
@@ -236,3 +237,29 @@ def write_tree(files: Mapping[str, str], directory: str | Path) -> TreeDiff:
         if swapped and backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
     return diff
+
+
+def compile_in_memory(formulas: Iterable[Formula]) -> dict[str, Callable[..., object]]:
+    """Functions for *formulas* rendered exactly as ``symcost compile`` renders them, without writing files.
+
+    For formulas built on demand (a model's stage closed forms for one
+    variant): same printer, lowering and templates as the committed tree, and
+    the committed ``generated/_runtime.py`` for the calling convention.
+
+    Raises:
+        CodegenError: naming the formula that cannot be compiled.
+    """
+    import generated  # the package whose _runtime the rendered modules import
+
+    files = render_tree(formulas)
+    functions: dict[str, Callable[..., object]] = {}
+    for path, text in files.items():
+        module = path.removesuffix(".py")
+        if module in _RESERVED_MODULES:
+            continue
+        namespace: dict[str, object] = {"__name__": f"{generated.__name__}._on_demand_{module}",
+                                        "__package__": generated.__name__}
+        exec(compile(text, f"<on-demand generated/{path}>", "exec"), namespace)  # our own rendered code
+        for name in namespace.get("__all__", ()):  # type: ignore[union-attr]
+            functions[name] = namespace[name]  # type: ignore[index]
+    return functions

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import sympy
@@ -23,7 +23,7 @@ import sympy
 from symbolic import registry
 from symbolic.formula import Formula
 
-__all__ = ["evaluator", "lambdified", "evaluate", "formula_function"]
+__all__ = ["evaluator", "lambdified", "evaluate", "formula_function", "formula_functions"]
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -60,15 +60,32 @@ _DYNAMIC: dict[tuple[str, str], Evaluator] = {}
 def formula_function(formula: Formula) -> Evaluator:
     """The evaluator of a formula that may not be registered (a model-stage variant built on demand).
 
-    A registered formula goes through ``evaluator``; any other is compiled
-    once per (name, expression) and cached for the process.
+    A registered formula goes through ``evaluator``; any other is rendered by
+    the code generator in memory (``compiler.compile_in_memory``: the same
+    printer, lowering and templates as ``generated/``) once per (name,
+    expression) and cached for the process.
     """
-    if formula.name in registry.FORMULAS and registry.FORMULAS[formula.name].expr == formula.expr:
-        return evaluator(formula.name)
-    key = (formula.name, sympy.srepr(formula.expr))
-    if key not in _DYNAMIC:
-        _DYNAMIC[key] = _lambdify(formula)
-    return _DYNAMIC[key]
+    return formula_functions([formula])[formula.name]
+
+
+def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
+    """``formula_function`` for several formulas, compiling the ones not cached yet in one pass."""
+    from .compiler import compile_in_memory
+
+    out: dict[str, Evaluator] = {}
+    missing: list[Formula] = []
+    for f in formulas:
+        if f.name in registry.FORMULAS and registry.FORMULAS[f.name].expr == f.expr:
+            out[f.name] = evaluator(f.name)
+        elif (f.name, sympy.srepr(f.expr)) in _DYNAMIC:
+            out[f.name] = _DYNAMIC[(f.name, sympy.srepr(f.expr))]
+        else:
+            missing.append(f)
+    if missing:
+        compiled = compile_in_memory(missing)
+        for f in missing:
+            _DYNAMIC[(f.name, sympy.srepr(f.expr))] = out[f.name] = compiled[f.name]
+    return out
 
 
 def generated_function(name: str) -> Evaluator | None:

@@ -236,3 +236,52 @@ def stage_formulas(variant: StageVariant) -> StageFormulas:
                      "Bytes of the stage's FSDP traffic that the copies of a shard spend all-reducing it "
                      "(fsdp_reduce_traffic summed over its layers and tables; 0 without FSDP).", unit="bytes"),
     )
+
+
+#: The count symbols a stage formula is linear in, in a fixed order.
+COUNT_SYMBOLS: tuple[sympy.Symbol, ...] = (n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec,
+                                           n_sel_rec)
+
+#: The stage outputs a searcher ranks layouts by (the converted parts and totals).
+PRICED_OUTPUTS = ("dp", "tp", "ep", "cp", "total", "tp_recomputed", "ep_recomputed", "cp_recomputed",
+                  "total_recomputed")
+
+
+@functools.cache
+def stage_coefficients(variant: StageVariant) -> dict[str, dict[str, Formula]]:
+    """The cost of one layer of each kind in a stage: ``∂output/∂count``, per priced output.
+
+    Every priced stage output is linear in the layer counts (a sum over
+    layers, then scaled by the stage conversion), with no constant term, so
+
+        output = Σ_k count_k · coefficient_k
+
+    exactly. A searcher evaluates the coefficients once per layout — they do
+    not depend on which stage it is — and forms every stage's value as a dot
+    product with that stage's counts. Counts whose coefficient is 0 are left
+    out.
+
+    Raises:
+        ValueError: if an output is not linear in the counts (a bug in the assembly).
+    """
+    formulas = stage_formulas(variant)
+    zero = {c: 0 for c in COUNT_SYMBOLS}
+    out: dict[str, dict[str, Formula]] = {}
+    for name in PRICED_OUTPUTS:
+        f = getattr(formulas, name)
+        if f.expr.subs(zero) != 0:
+            raise ValueError(f"{f.name}: not zero for an empty stage; the count expansion does not hold")
+        coefficients: dict[str, Formula] = {}
+        for count in COUNT_SYMBOLS:
+            coeff = sympy.diff(f.expr, count)
+            if coeff == 0:
+                continue
+            if coeff.free_symbols & set(COUNT_SYMBOLS):
+                raise ValueError(f"{f.name}: not linear in {count.name}")
+            coefficients[count.name] = Formula(
+                name=f"{f.name}_per_{count.name.removeprefix('n_')}", expr=coeff, dimension=f.dimension,
+                algorithm=f.algorithm, unit=f.unit,
+                doc=f"{f.name} per layer counted by {count.name}: the cost one such layer adds to its stage.",
+                source=f.source)
+        out[name] = coefficients
+    return out

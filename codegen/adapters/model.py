@@ -16,7 +16,7 @@ from symbolic import cp, ep, model, params
 from symbolic.attention import detect_attention
 from symbolic.formula import Formula
 
-from ..kernels import formula_function
+from ..kernels import formula_functions
 from ..levels import comm_score
 from .ep import max_rank_tokens
 from .fields import Fields
@@ -113,7 +113,8 @@ def evaluate_stages(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     formulas = model.stage_formulas(variant)
     counts = stage_counts(inputs["stages"], int(f.num("n_lay")))
     values: dict[str, Any] = {**counts, "level_bound_0": float(system.level_bounds()[0])}
-    needed = {a for g in formulas.all() for a in g.arguments} - set(values)
+    needed = {a for g in formulas.all() if not g.name.endswith(("_stage_total", "_stage_total_recomputed"))
+              for a in g.arguments} - set(values)
     for name in needed:
         if name == "max_rank_tokens":
             values[name] = max_rank_tokens(f["tokens_per_expert"], n_exp=int(f.num("n_exp")), ep=int(f.num("ep")))
@@ -122,8 +123,13 @@ def evaluate_stages(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         else:
             values[name] = f.num(name)
     shape = (len(inputs["stages"]),)
-    out = {name: np.broadcast_to(formula_function(g)(**_arguments(g, values)), shape)
-           for name, g in zip(model.OUTPUTS, formulas.all())}
+    # The totals are the sums of the converted parts, as the original's _stage_totals adds its lists
+    # (line 668); evaluating the parts alone halves what has to be compiled.
+    parts = {name: g for name, g in zip(model.OUTPUTS, formulas.all()) if not name.startswith("total")}
+    functions = formula_functions(list(parts.values()))
+    out = {name: np.broadcast_to(functions[g.name](**_arguments(g, values)), shape) for name, g in parts.items()}
+    out["total"] = out["dp"] + out["tp"] + out["ep"] + out["cp"]
+    out["total_recomputed"] = out["dp"] + out["tp_recomputed"] + out["ep_recomputed"] + out["cp_recomputed"]
     # reduce_share: the all-reduced part of the unconverted DP volume, 0 where that volume is 0 (line 710).
     dp_raw = out["dp_unconverted"]
     out["reduce_share"] = np.divide(out["dp_reduced"], dp_raw, out=np.zeros(shape), where=dp_raw != 0)
