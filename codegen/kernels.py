@@ -54,7 +54,7 @@ def _lambdify(formula: Formula) -> Evaluator:
     return call
 
 
-_DYNAMIC: dict[tuple[str, str], Evaluator] = {}
+_DYNAMIC: dict[tuple[str, sympy.Expr], Evaluator] = {}
 
 
 def formula_function(formula: Formula) -> Evaluator:
@@ -77,14 +77,14 @@ def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
     for f in formulas:
         if f.name in registry.FORMULAS and registry.FORMULAS[f.name].expr == f.expr:
             out[f.name] = evaluator(f.name)
-        elif (f.name, sympy.srepr(f.expr)) in _DYNAMIC:
-            out[f.name] = _DYNAMIC[(f.name, sympy.srepr(f.expr))]
+        elif (f.name, f.expr) in _DYNAMIC:
+            out[f.name] = _DYNAMIC[(f.name, f.expr)]
         else:
             missing.append(f)
     if missing:
         compiled = compile_in_memory(missing)
         for f in missing:
-            _DYNAMIC[(f.name, sympy.srepr(f.expr))] = out[f.name] = compiled[f.name]
+            _DYNAMIC[(f.name, f.expr)] = out[f.name] = compiled[f.name]
     return out
 
 

@@ -19,9 +19,16 @@ does not contain; the published versions of
 function's docstring says which field is confirmed by the cases and which is
 inferred.
 
+Searchers price millions of layouts of one model at once: a :class:`LayoutBatch` holds
+them as int64 arrays, and :func:`validate_batch`, :func:`derive_fields_batch` and
+:func:`pipeline_stage_counts` give masks, fields and stage counts without a Python loop
+over layouts. Each rule is written once, in NumPy form (``_expert_degrees``,
+``_optimizer_ranks``, …, ``_constraint_masks``, ``_slot_layers``): the one-layout
+functions run it on a batch of one.
+
 Public API::
 
-    Layout, RecomputePlan, LayoutError, StageLayerCounts
+    Layout, RecomputePlan, LayoutError, StageLayerCounts, LayoutBatch
     parse_layout(text, defaults=None, *, fsdp=None, recompute=None) -> Layout
     parse_recompute(text) -> RecomputePlan
     validate(model, layout, devices=None) -> None
@@ -29,13 +36,21 @@ Public API::
     derive_fields(model, layout, *, network=None) -> dict[str, Any]
     build_stages(model, layout) -> list[list[list[str]]]
     stage_layer_counts(stages, n_lay) -> list[StageLayerCounts]
+    LayoutBatch.from_arrays(defaults=None, *, d=…, t=…, …, fsdp=None, recompute=None, …) -> LayoutBatch
+    LayoutBatch.from_layouts(layouts) -> LayoutBatch;  batch.layout(i) -> Layout;  batch.subset(mask) -> LayoutBatch
+    validate_batch(model, batch, devices=None) -> np.ndarray[bool]
+    layout_violations(model, batch, devices=None) -> np.ndarray[int16]  (index into LAYOUT_CONSTRAINTS, -1 valid)
+    violation_message(model, batch, index, devices=None) -> str | None
+    derive_fields_batch(model, batch, *, network=None) -> dict[str, np.ndarray | float | str | dict]
+    pipeline_stage_counts(model, p, vp=1, *, recompute=None, offset=None) -> dict[str, np.ndarray]
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
@@ -48,21 +63,30 @@ __all__ = [
     "EMBEDDING_LAYER",
     "FULL_REC_LAYER",
     "LAYER_KINDS",
+    "LAYOUT_CONSTRAINTS",
     "Layout",
+    "LayoutBatch",
     "LayoutError",
     "NOT_REC_LAYER",
     "ORIGINAL_CP_NETWORK",
     "OUTPUT_LAYER",
     "RecomputePlan",
     "SEL_REC_LAYER",
+    "STAGE_COUNT_NAMES",
     "StageLayerCounts",
+    "WHOLE_DP_GROUP",
     "build_stages",
     "chunk_layer_counts",
     "derive_fields",
+    "derive_fields_batch",
+    "layout_violations",
     "parse_layout",
     "parse_recompute",
+    "pipeline_stage_counts",
     "stage_layer_counts",
     "validate",
+    "validate_batch",
+    "violation_message",
 ]
 
 # Layer types of a pipeline layout, spelled as the original's LayerType members and the case file.
@@ -342,10 +366,246 @@ def parse_layout(text: str, defaults: Layout | None = None, *, fsdp: bool | None
     return layout
 
 
-# --------------------------------------------------------------------------- expert degrees
+
+# --------------------------------------------------------------------------- batches of layouts
+
+# Integer keys a batch holds one value of per layout, and the run settings its layouts share.
+_ARRAY_KEYS = ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os")
+_SHARED_KEYS = ("op", "grad_shard", "sp", "fsdp", "reshards", "cp_algo", "s", "offset", "recompute")
+
+#: :attr:`LayoutBatch.os` of a layout that shards the optimizer over the whole DP group
+#: (``Layout.os = None``).
+WHOLE_DP_GROUP = 0
 
 
-def _expert_degrees(model: ModelConfig, layout: Layout) -> tuple[int, int]:
+def _int_column(name: str, values: Any, minimum: int) -> np.ndarray:
+    """*values* as a read-only one-dimensional int64 array, each value at least *minimum*."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise LayoutError(f"{name}: expected one value per layout (a one-dimensional array), got shape {array.shape}")
+    if array.dtype.kind not in "iu":
+        raise LayoutError(f"{name}: expected whole numbers, got {array.dtype} values")
+    bad = array < minimum
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise LayoutError(f"{name}: every value must be a whole number >= {minimum}, got {array[index]} "
+                          f"at index {index}")
+    column = array.astype(np.int64, copy=False).view()  # a view: freezing it leaves the caller's array writable
+    column.flags.writeable = False
+    return column
+
+
+def _pipeline_is(pipeline: tuple[int, int] | None, p: Any, vp: Any) -> Any:
+    """Whether layouts of pipeline shape (p, vp) are *pipeline* (``None`` matches every shape)."""
+    if pipeline is None:
+        return True
+    return (p == pipeline[0]) & (vp == pipeline[1])
+
+
+@dataclass(frozen=True, eq=False)
+class LayoutBatch:
+    """N layouts of one run, as int64 arrays: the input of :func:`derive_fields_batch`.
+
+    The integer keys vary per layout; the run settings are shared by the whole batch.
+    :meth:`from_arrays` builds a batch over a model's default layout the way
+    :func:`parse_layout` builds one layout, and :meth:`layout` gives layout ``i`` back.
+
+    Attributes:
+        d, t, p, m, cp, ep, b, vp, etp: one whole number >= 1 per layout, as in :class:`Layout`;
+            read-only int64 arrays of one length N.
+        os: the optimizer's shard ranks per layout, :data:`WHOLE_DP_GROUP` (0) where it shards
+            over the whole DP group (:attr:`Layout.os` ``None``).
+        op, grad_shard, sp, fsdp, reshards, cp_algo, s: run settings of every layout, as in
+            :class:`Layout`.
+        offset: the per-stage offset of :class:`Layout`, for the layouts of ``offset_pipeline``.
+        offset_pipeline: ``(p, vp)`` of the layouts the offset applies to; the others take the
+            even split, as :func:`parse_layout` drops an offset for another pipeline. ``None``:
+            it applies to every layout, and :func:`validate_batch` rejects those it does not fit.
+        recompute: the recompute plan; its per-stage list applies to the layouts of
+            ``recompute_pipeline`` (``None``: every layout), the others take ``recompute.uniform()``.
+        recompute_pipeline: ``(p, vp)``, as ``offset_pipeline`` for the recompute list.
+    """
+
+    d: np.ndarray
+    t: np.ndarray
+    p: np.ndarray
+    m: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    b: np.ndarray
+    vp: np.ndarray
+    etp: np.ndarray
+    os: np.ndarray
+    op: bool = True
+    grad_shard: bool = False
+    sp: bool = False
+    fsdp: bool = False
+    reshards: bool = True
+    cp_algo: str = "colossalai_cp"
+    s: int | None = None
+    offset: tuple[int, ...] | tuple[tuple[int, ...], ...] | None = None
+    offset_pipeline: tuple[int, int] | None = None
+    recompute: RecomputePlan = field(default_factory=RecomputePlan)
+    recompute_pipeline: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        length = None
+        for name in _ARRAY_KEYS:
+            column = _int_column(name, getattr(self, name), minimum=0 if name == "os" else 1)
+            if length is None:
+                length = len(column)
+            elif len(column) != length:
+                raise LayoutError(f"{name}: {len(column)} values, but d has {length}: a batch holds one value "
+                                  f"of each key per layout")
+            object.__setattr__(self, name, column)
+        # The shared settings pass Layout's own checks, which also normalise the offset.
+        shared = Layout(d=1, t=1, p=1, m=1, **{name: getattr(self, name) for name in _SHARED_KEYS})
+        object.__setattr__(self, "offset", shared.offset)
+        for name in ("offset_pipeline", "recompute_pipeline"):
+            pipeline = getattr(self, name)
+            if pipeline is not None:
+                if not isinstance(pipeline, tuple) or len(pipeline) != 2:
+                    raise LayoutError(f"{name}: expected None or a pair (p, vp), got {pipeline!r}")
+                for key, value in zip(("p", "vp"), pipeline):
+                    _positive_int(f"{name} {key}", value)
+
+    @classmethod
+    def from_arrays(
+        cls, defaults: Layout | None = None, *,
+        d: Any = None, t: Any = None, p: Any = None, m: Any = None, cp: Any = None, ep: Any = None,
+        b: Any = None, vp: Any = None, etp: Any = None, os: Any = None,
+        op: bool | None = None, grad_shard: bool | None = None, sp: bool | None = None, fsdp: bool | None = None,
+        reshards: bool | None = None, cp_algo: str | None = None, s: int | None = None,
+        recompute: str | RecomputePlan | None = None,
+    ) -> LayoutBatch:
+        """A batch from per-layout arrays over a default layout, as :func:`parse_layout` reads text.
+
+        Each integer key is a one-dimensional array (all of one length N) or a single whole
+        number for every layout; keys left out take the defaults' value. As in
+        :func:`parse_layout`, the defaults' offset and per-stage recompute list apply only to
+        the layouts with the defaults' ``(p, vp)``, and an inherited ``os`` only where it
+        divides ``d`` (elsewhere the whole DP group); an ``os`` array given here must divide
+        ``d`` (:func:`validate_batch`), 0 meaning the whole DP group.
+
+        Args:
+            defaults: usually ``load_model(name).layout``; without it ``d, t, p, m`` are
+                required and the rest take the :class:`Layout` defaults.
+            d, t, p, m, cp, ep, b, vp, etp, os: the integer keys (:class:`LayoutBatch`).
+            op, grad_shard, sp, fsdp, reshards, cp_algo, s: run settings; ``None`` keeps the defaults'.
+            recompute: the recompute plan of every layout (text for :func:`parse_recompute`
+                or a :class:`RecomputePlan`); ``None`` keeps the defaults'.
+
+        Raises:
+            LayoutError: naming the key for a missing key, an array that is not one-dimensional,
+                of another length or not of whole numbers, or the first value below 1 (0 for
+                ``os``) with its index; or a bad run setting.
+        """
+        given = {name: value for name, value in zip(_ARRAY_KEYS, (d, t, p, m, cp, ep, b, vp, etp, os))
+                 if value is not None}
+        if defaults is None:
+            missing = [key for key in _REQUIRED_WITHOUT_DEFAULTS if key not in given]
+            if missing:
+                raise LayoutError(f"from_arrays lacks {', '.join(missing)} (no default layout to fall back on)")
+            template = Layout(d=1, t=1, p=1, m=1)
+        elif isinstance(defaults, Layout):
+            template = defaults
+        else:
+            raise LayoutError(f"defaults: must be a Layout or None, got {defaults!r}")
+        length = next((np.shape(value)[0] for value in given.values() if np.ndim(value) >= 1), 1)
+        columns = {name: (given[name] if np.ndim(given[name]) >= 1 else np.broadcast_to(given[name], (length,)))
+                   if name in given else np.broadcast_to(np.int64(getattr(template, name) or 0), (length,))
+                   for name in _ARRAY_KEYS}
+        if "os" not in given and template.os is not None:
+            dp = _int_column("d", columns["d"], minimum=1)
+            columns["os"] = np.where(dp % template.os == 0, template.os, WHOLE_DP_GROUP)
+        stated = {"op": op, "grad_shard": grad_shard, "sp": sp, "fsdp": fsdp, "reshards": reshards,
+                  "cp_algo": cp_algo, "s": s}
+        settings = {name: getattr(template, name) if value is None else value for name, value in stated.items()}
+        own_pipeline = (template.p, template.vp) if defaults is not None else None
+        if recompute is None:
+            plan = template.recompute
+            plan_pipeline = own_pipeline if plan.full_per_stage is not None else None
+        else:
+            plan = recompute if isinstance(recompute, RecomputePlan) else parse_recompute(recompute)
+            plan_pipeline = None
+        return cls(**columns, **settings, offset=template.offset,
+                   offset_pipeline=own_pipeline if template.offset is not None else None,
+                   recompute=plan, recompute_pipeline=plan_pipeline)
+
+    @classmethod
+    def from_layouts(cls, layouts: Sequence[Layout]) -> LayoutBatch:
+        """The batch of *layouts*, which must share their run settings (offset and plan apply to all).
+
+        Raises:
+            LayoutError: for an empty sequence, an item that is no :class:`Layout`, or a run
+                setting that differs from the first layout's, naming the item and the setting.
+        """
+        if not layouts:
+            raise LayoutError("from_layouts: needs at least one layout")
+        first = layouts[0]
+        for i, layout in enumerate(layouts):
+            if not isinstance(layout, Layout):
+                raise LayoutError(f"layouts[{i}]: expected a Layout, got {layout!r}")
+            for name in _SHARED_KEYS:
+                if getattr(layout, name) != getattr(first, name):
+                    raise LayoutError(f"layouts[{i}].{name} = {getattr(layout, name)!r} differs from layouts[0].{name} "
+                                      f"= {getattr(first, name)!r}: the layouts of a batch share their run settings")
+        columns = {name: np.array([getattr(layout, name) for layout in layouts], dtype=np.int64)
+                   for name in _ARRAY_KEYS if name != "os"}
+        columns["os"] = np.array([layout.os or WHOLE_DP_GROUP for layout in layouts], dtype=np.int64)
+        return cls(**columns, **{name: getattr(first, name) for name in _SHARED_KEYS})
+
+    def __len__(self) -> int:
+        return len(self.d)
+
+    @property
+    def devices(self) -> np.ndarray:
+        """Devices each layout occupies: d·t·cp·p."""
+        return self.d * self.t * self.cp * self.p
+
+    def stage_lists_apply(self, p: Any, vp: Any) -> tuple[Any, Any]:
+        """Whether the offset and the recompute list apply to layouts of pipeline shape (p, vp).
+
+        Args:
+            p, vp: whole numbers or arrays (broadcast together).
+
+        Returns:
+            ``(offset_applies, recompute_list_applies)``, each a bool or a bool array.
+        """
+        offset = self.offset is not None and _pipeline_is(self.offset_pipeline, p, vp)
+        listed = self.recompute.full_per_stage is not None and _pipeline_is(self.recompute_pipeline, p, vp)
+        return offset, listed
+
+    def layout(self, index: int) -> Layout:
+        """Layout *index* of the batch, with the offset and recompute plan that apply to it.
+
+        Raises:
+            IndexError: for an index outside the batch.
+        """
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not -len(self) <= index < len(self):
+            raise IndexError(f"layout index {index!r} is outside the batch of {len(self)}")
+        values = {name: int(getattr(self, name)[index]) for name in _ARRAY_KEYS}
+        values["os"] = values["os"] or None
+        offset_applies, list_applies = self.stage_lists_apply(values["p"], values["vp"])
+        return Layout(**values, op=self.op, grad_shard=self.grad_shard, sp=self.sp, fsdp=self.fsdp,
+                      reshards=self.reshards, cp_algo=self.cp_algo, s=self.s,
+                      offset=self.offset if offset_applies else None,
+                      recompute=self.recompute if list_applies else self.recompute.uniform())
+
+    def subset(self, selector: Any) -> LayoutBatch:
+        """The layouts *selector* picks (a boolean mask of length N, or indices), settings kept."""
+        return replace(self, **{name: getattr(self, name)[selector] for name in _ARRAY_KEYS})
+
+
+# --------------------------------------------------------------------------- derivation rules
+#
+# Each rule that turns layout keys into a config field is written once, here, in NumPy form:
+# it takes whole numbers or int64 arrays (broadcast together) and gives the same, so that
+# derive_fields (one layout) and derive_fields_batch (N layouts) run the same code. Shared run
+# settings (op, sp, grad_shard) arrive as Python bools and are resolved before any arithmetic.
+
+
+def _expert_degrees(d: Any, t: Any, cp: Any, ep: Any, etp: Any) -> tuple[np.ndarray, np.ndarray]:
     """(t_exp, d_exp): the TP and DP degrees an expert layer runs with.
 
     HyperParallel's ``derive_expert_degrees`` (published derive.py): with ``etp > 1`` the
@@ -356,32 +616,165 @@ def _expert_degrees(model: ModelConfig, layout: Layout) -> tuple[int, int]:
     (e.g. DeepSeek d=16, t=4, ep=8 → 4, 2; d=8, t=8, cp=2, ep=16 → 1, 4). The original
     floors and clamps to 1; :func:`validate` rejects layouts where the division is not exact.
     """
-    d, t, cp, ep = layout.d, layout.t, layout.cp, layout.ep
-    if layout.etp > 1:
-        t_exp = layout.etp
-        d_exp = d * t * cp // (t_exp * ep)
-    elif d >= ep:
-        t_exp, d_exp = t, d // ep
-    else:
-        t_exp, d_exp = 1, d * t // ep
-    return t_exp, max(1, d_exp)
+    expert_tp = etp > 1
+    within_dp = d >= ep
+    t_exp = np.where(expert_tp, etp, np.where(within_dp, t, 1))
+    d_exp = np.where(expert_tp, d * t * cp // (etp * ep), np.where(within_dp, d // ep, d * t // ep))
+    return t_exp, np.maximum(d_exp, 1)
 
 
-def _optimizer_ranks(layout: Layout) -> int:
+def _optimizer_ranks(d: Any, os: Any, op: bool) -> np.ndarray:
     """Ranks the optimizer shards a parameter over, beyond TP (and CP): ``optimizer_ranks``.
 
     ``os`` when it divides DP, the whole DP group otherwise (MindSpore's rule, published
     derive.py); 1 without optimizer sharding. Note that the original parser reads an unset
     ``optimizer_weight_shard_size`` through ``max(1, size) or dp``, which is 1, not DP; a
-    layout here says ``os=None`` for "the whole DP group" instead.
+    layout here says ``os=None`` (a batch :data:`WHOLE_DP_GROUP`) for "the whole DP group" instead.
     """
-    if not layout.op:
-        return 1
-    os = layout.os
-    return os if os is not None and layout.d % os == 0 else layout.d
+    if not op:
+        return np.ones_like(d)
+    stated = os != WHOLE_DP_GROUP
+    divides = d % np.where(stated, os, 1) == 0  # the 1 only keeps the modulo defined where os is unset
+    return np.where(stated & divides, os, d)
 
 
-# --------------------------------------------------------------------------- validation
+def _sequence_split(t: Any, sp: bool) -> np.ndarray:
+    """``sp``: the TP degree with sequence parallelism (activations split over the TP group), else 1."""
+    return np.where(sp, t, 1)
+
+
+def _comm_switches(t: Any, ep: Any, cp: Any, n_exp: int) -> tuple[Any, Any, Any]:
+    """``comm_t = [t > 1]``, ``comm_ep = [ep > 1 or n_exp > 1]``, ``comm_cp = [cp > 1]``."""
+    return t > 1, (ep > 1) | (n_exp > 1), cp > 1
+
+
+def _dp_comm_levels(d: Any, d_exp: Any, op: bool, grad_shard: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(comm_d_non_exp, comm_d_exp): 0 without DP (the degree is 1) or without optimizer
+    sharding, else 3 with gradient sharding and 2 without."""
+    level = 3 if grad_shard else 2
+    return np.where((d == 1) | (not op), 0, level), np.where((d_exp == 1) | (not op), 0, level)
+
+
+def _optimizer_shards(ranks: Any, t: Any, cp: Any, t_exp: Any, d_exp: Any, n_exp: int,
+                      op: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(shard_p_os_non_exp_partial, shard_p_os_exp, shard_p_os_exp_partial), published
+    ``derive_optimizer_sharding``: ``R·t·cp``; ``d_exp·cp·t_exp`` (``cp·t_exp`` without
+    optimizer sharding); ``gcd(n_exp, R·t_exp)``, with R the optimizer's ranks."""
+    exp_dp = d_exp if op else 1
+    return ranks * t * cp, exp_dp * cp * t_exp, np.gcd(n_exp, ranks * t_exp)
+
+
+def _embedding_shards(ranks: Any, t: Any, p: Any) -> tuple[np.ndarray, Any]:
+    """(shard_embed, gather_embed): ``R·t``, or ``R`` when ``p = 1`` (HyperParallel runs the
+    vocabulary embedding data-parallel without pipelining); ``R``."""
+    return np.where(p == 1, ranks, ranks * t), ranks
+
+
+def _layout_fields(model: ModelConfig, batch: LayoutBatch) -> dict[str, Any]:
+    """The config fields that follow from the layout keys, as int or bool arrays over the batch."""
+    d, t, p, cp, ep, etp = batch.d, batch.t, batch.p, batch.cp, batch.ep, batch.etp
+    t_exp, d_exp = _expert_degrees(d, t, cp, ep, etp)
+    ranks = _optimizer_ranks(d, batch.os, batch.op)
+    comm_t, comm_ep, comm_cp = _comm_switches(t, ep, cp, model.n_exp)
+    comm_d_non_exp, comm_d_exp = _dp_comm_levels(d, d_exp, batch.op, batch.grad_shard)
+    non_exp_partial, exp_shard, exp_partial = _optimizer_shards(ranks, t, cp, t_exp, d_exp, model.n_exp, batch.op)
+    shard_embed, gather_embed = _embedding_shards(ranks, t, p)
+    return {
+        "b": batch.b, "m": batch.m, "d": d, "t": t, "p": p, "cp": cp, "ep": ep, "vp": batch.vp, "etp": etp,
+        "t_exp": t_exp, "d_exp": d_exp, "sp": _sequence_split(t, batch.sp), "os_max_shard": ranks,
+        "comm_t": comm_t, "comm_ep": comm_ep, "comm_cp": comm_cp,
+        "comm_d_non_exp": comm_d_non_exp, "comm_d_exp": comm_d_exp,
+        "shard_p_os_non_exp_partial": non_exp_partial, "shard_p_os_exp": exp_shard,
+        "shard_p_os_exp_partial": exp_partial, "shard_embed": shard_embed, "gather_embed": gather_embed,
+    }
+
+
+def _shared_fields(batch: LayoutBatch, network: System | None) -> dict[str, Any]:
+    """The config fields the run settings alone fix: the same for every layout of the batch."""
+    out: dict[str, Any] = {
+        "comm_dp_overlap": _DP_OVERLAP,
+        "comm_tp_overlap": _TP_OVERLAP,
+        "grad_shard_as_params": float(batch.fsdp),
+        "reshards": float(batch.reshards),
+        "shard_spans_cp": 0.0,
+        "rec_op": dict(_SELECTIVE_REC_OP) if batch.recompute.selective else dict.fromkeys(_SELECTIVE_REC_OP, 1.0),
+        "cp_algo": batch.cp_algo,
+        "layer_stack": 0.0,
+    }
+    if network is None:
+        out.update(ORIGINAL_CP_NETWORK)
+    else:
+        bindings = network.bindings()
+        for key in ("device_per_node", "bw_intra", "bw_inter", "device_intra_node_num"):
+            out[key] = float(bindings[key])
+    return out
+
+
+def _float_column(value: Any, length: int) -> np.ndarray:
+    """*value* (an array over the batch, or one value for all of it) as a fresh float64 array of *length*."""
+    array = np.asarray(value)
+    return array.astype(np.float64) if array.shape == (length,) else np.full(length, array, dtype=np.float64)
+
+
+def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None) -> dict[str, Any]:
+    """Every field of :func:`derive_fields_batch`, without validating the batch."""
+    out: dict[str, Any] = model.fields()
+    if batch.s is not None:
+        out["s"] = float(batch.s)
+    for name, value in _layout_fields(model, batch).items():
+        out[name] = _float_column(value, len(batch))
+    out.update(_shared_fields(batch, network))
+    return out
+
+
+# --------------------------------------------------------------------------- pipeline split
+
+
+def _even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
+    """Whether an even split of *total* layers over ``p·vp`` chunks leaves a chunk without one."""
+    return p * vp > total
+
+
+def _offset_pipeline(offset: tuple[int, ...] | tuple[tuple[int, ...], ...]) -> tuple[int, int]:
+    """``(p, vp)`` an offset is written for: one entry per stage, or one row of p per chunk (0: ragged)."""
+    if offset and isinstance(offset[0], tuple):
+        widths = {len(row) for row in offset}  # type: ignore[arg-type]
+        return (widths.pop() if len(widths) == 1 else 0), len(offset)
+    return len(offset), 1
+
+
+def _slot_layers(model: ModelConfig, p: int, vp: int,
+                 offset: tuple[int, ...] | tuple[tuple[int, ...], ...] | None) -> np.ndarray:
+    """Body layers per (stage, chunk) slot, shape ``(p, vp)``: see :func:`chunk_layer_counts`."""
+    total = model.n_lay + model.n_mtp
+    slots = p * vp
+    if offset is None:
+        if _even_split_leaves_empty(total, p, vp):
+            raise LayoutError(f"p·vp <= n_lay + n_mtp: {p}·{vp} = {slots} pipeline chunks for "
+                              f"{total} layers ({model.n_lay} + {model.n_mtp} MTP) leaves a chunk empty")
+        # Slot (stage s, chunk c) is number c·p + s in model order; the first total % slots get one more.
+        order = np.arange(vp) * p + np.arange(p)[:, None]
+        return total // slots + (order < total % slots).astype(np.int64)
+    base = total // slots
+    nested = bool(offset) and isinstance(offset[0], tuple)
+    if vp == 1 and not nested:
+        if len(offset) != p:
+            raise LayoutError(f"offset has {len(offset)} entries, but p = {p} stages: {list(offset)}")
+        rows = base + np.array(offset, dtype=np.int64)[:, None]
+    else:
+        if not nested or _offset_pipeline(offset) != (p, vp):
+            raise LayoutError(f"offset must be vp = {vp} lists of p = {p} integers (chunk, then stage), "
+                              f"got {offset!r}")
+        rows = base + np.array(offset, dtype=np.int64).T
+    negative = np.argwhere(rows < 0)
+    if len(negative):
+        s, c = (int(i) for i in negative[0])
+        raise LayoutError(f"offset gives stage {s} chunk {c} {rows[s, c]} layers (even split {base} + offset)")
+    placed = int(rows.sum())
+    if placed != total:
+        raise LayoutError(f"offset places {placed} layers, but the model has n_lay + n_mtp = "
+                          f"{model.n_lay} + {model.n_mtp} = {total}: offset {offset!r} over an even split of {base}")
+    return rows
 
 
 def chunk_layer_counts(model: ModelConfig, layout: Layout) -> list[list[int]]:
@@ -400,42 +793,212 @@ def chunk_layer_counts(model: ModelConfig, layout: Layout) -> list[list[int]]:
             add up to ``n_lay + n_mtp``, a slot would hold fewer than 0 layers, or the even
             split would leave a slot empty.
     """
-    p, vp = layout.p, layout.vp
+    return _slot_layers(model, layout.p, layout.vp, layout.offset).tolist()
+
+
+def _recompute_list_error(plan: RecomputePlan, p: int, stage_layers: Sequence[int] | None) -> str | None:
+    """Why the plan's per-stage list does not fit a pipeline of *p* stages holding *stage_layers*; ``None`` if it does."""
+    counts = plan.full_per_stage
+    if counts is None:
+        return None
+    if len(counts) != p:
+        return f"the recompute list needs one entry per stage: {len(counts)} entries {list(counts)}, p = {p}"
+    for stage, (n, layers) in enumerate(zip(counts, stage_layers or ())):
+        if n > layers:
+            return f"recompute: stage {stage} holds {layers} layers, cannot fully recompute {n}"
+    return None
+
+
+def _full_recompute_per_stage(plan: RecomputePlan, stage_layers: np.ndarray) -> np.ndarray:
+    """Fully recomputed body layers of each stage (its first ones, in stage order)."""
+    if plan.full_per_stage is not None:
+        return np.array(plan.full_per_stage, dtype=np.int64)
+    return stage_layers if plan.mode == "full" else np.zeros_like(stage_layers)
+
+
+# --------------------------------------------------------------------------- validation
+
+#: Names of the constraints a layout must meet, in the order :func:`validate` checks them;
+#: :func:`layout_violations` gives, per layout, the index of the first one it breaks.
+LAYOUT_CONSTRAINTS = (
+    "devices", "heads", "kv_heads", "sequence", "ulysses_heads", "virtual_pipeline", "pipeline_split",
+    "dense_ep", "experts", "ep_within_dp_tp", "expert_dp_with_etp", "ep_divides_d", "ep_divides_dt",
+    "expert_width", "optimizer_shard", "recompute_list_length", "recompute_list_layers",
+)
+
+
+def _check_devices(devices: int | None) -> None:
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, (int, np.integer))
+                                or devices < 1):
+        raise LayoutError(f"devices: must be a whole number >= 1, got {devices!r}")
+
+
+def _succeeds(compute: Any) -> bool:
+    try:
+        compute()
+    except LayoutError:
+        return False
+    return True
+
+
+def _constraint_masks(model: ModelConfig, batch: LayoutBatch, devices: int | None) -> dict[str, Any]:
+    """Per constraint of :data:`LAYOUT_CONSTRAINTS`, where the batch breaks it (a bool or bool array).
+
+    A constraint is only meaningful where the earlier ones hold (as :func:`validate`'s
+    checks run in order); elsewhere its mask may say anything, but never fails to compute.
+    """
+    d, t, p, cp, ep, vp, etp = batch.d, batch.t, batch.p, batch.cp, batch.ep, batch.vp, batch.etp
+    s = batch.s or model.s
+    broken: dict[str, Any] = {}
+    if devices is not None:
+        broken["devices"] = d * t * cp * p != devices
+    broken["heads"] = model.a % t != 0
+    if model.dc_kv == 0:
+        kv = model.n_kv
+        broken["kv_heads"] = np.where(kv >= t, kv % t != 0, t % kv != 0)
+    broken["sequence"] = s % cp != 0
+    if batch.cp_algo == "ulysses_cp":
+        broken["ulysses_heads"] = (model.a // t) % cp != 0
+    broken["virtual_pipeline"] = (vp > 1) & (p == 1)
+
+    offset_applies, list_applies = batch.stage_lists_apply(p, vp)
     total = model.n_lay + model.n_mtp
-    slots = p * vp
-    base = total // slots
-    if layout.offset is None:
-        if base < 1:
-            raise LayoutError(f"p·vp <= n_lay + n_mtp: {p}·{vp} = {slots} pipeline chunks for "
-                              f"{total} layers ({model.n_lay} + {model.n_mtp} MTP) leaves a chunk empty")
-        extra = total % slots
-        return [[base + (1 if c * p + s < extra else 0) for c in range(vp)] for s in range(p)]
-    offset = layout.offset
-    nested = bool(offset) and isinstance(offset[0], tuple)
-    if vp == 1 and not nested:
-        if len(offset) != p:
-            raise LayoutError(f"offset has {len(offset)} entries, but p = {p} stages: {list(offset)}")
-        rows = [[base + n] for n in offset]  # type: ignore[operator]
+    broken["pipeline_split"] = _even_split_leaves_empty(total, p, vp)
+    if batch.offset is not None:
+        shape = _offset_pipeline(batch.offset)
+        offset_fits = (p == shape[0]) & (vp == shape[1]) & \
+            (shape[0] >= 1 and _succeeds(lambda: _slot_layers(model, *shape, batch.offset)))
+        broken["pipeline_split"] = np.where(offset_applies, np.logical_not(offset_fits), broken["pipeline_split"])
+
+    if model.n_exp <= 1:
+        broken["dense_ep"] = ep != 1
     else:
-        if not nested or len(offset) != vp or any(len(row) != p for row in offset):  # type: ignore[arg-type]
-            raise LayoutError(f"offset must be vp = {vp} lists of p = {p} integers (chunk, then stage), "
-                              f"got {offset!r}")
-        rows = [[base + offset[c][s] for c in range(vp)] for s in range(p)]  # type: ignore[index]
-    for s, row in enumerate(rows):
-        for c, n in enumerate(row):
-            if n < 0:
-                raise LayoutError(f"offset gives stage {s} chunk {c} {n} layers (even split {base} + offset)")
-    placed = sum(sum(row) for row in rows)
-    if placed != total:
-        raise LayoutError(f"offset places {placed} layers, but the model has n_lay + n_mtp = "
-                          f"{model.n_lay} + {model.n_mtp} = {total}: offset {offset!r} over an even split of {base}")
-    return rows
+        broken["experts"] = model.n_exp % ep != 0
+        broken["ep_within_dp_tp"] = ep > d * t
+        expert_tp = etp > 1
+        broken["expert_dp_with_etp"] = expert_tp & ((d * t * cp) % (etp * ep) != 0)
+        broken["ep_divides_d"] = ~expert_tp & (ep <= d) & (d % ep != 0)
+        broken["ep_divides_dt"] = ~expert_tp & (ep > d) & ((d * t) % ep != 0)
+        t_exp, _ = _expert_degrees(d, t, cp, ep, etp)
+        broken["expert_width"] = model.hff_exp % t_exp != 0
+    stated = batch.os != WHOLE_DP_GROUP
+    broken["optimizer_shard"] = stated & (d % np.where(stated, batch.os, 1) != 0)
+
+    plan = batch.recompute
+    if plan.full_per_stage is not None:
+        stages = len(plan.full_per_stage)
+        broken["recompute_list_length"] = list_applies & (p != stages)
+        # The list's own pipeline depth fixes p; the stage sizes then vary only with vp.
+        listed = np.broadcast_to(list_applies & (p == stages), p.shape)
+        too_many = np.zeros(p.shape, dtype=bool)
+        for chunks in np.unique(vp[listed]).tolist():
+            with_offset, _ = batch.stage_lists_apply(stages, chunks)
+            try:
+                slots = _slot_layers(model, stages, chunks, batch.offset if with_offset else None)
+            except LayoutError:
+                continue  # pipeline_split rejects these layouts first
+            if _recompute_list_error(plan, stages, slots.sum(axis=1).tolist()) is not None:
+                too_many |= listed & (vp == chunks)
+        broken["recompute_list_layers"] = too_many
+    return broken
+
+
+def _violation_message(model: ModelConfig, layout: Layout, devices: int | None, constraint: str) -> str:
+    """The error text of *constraint* for one layout that breaks it, naming the values."""
+    d, t, p, cp, ep = layout.d, layout.t, layout.p, layout.cp, layout.ep
+    if constraint == "devices":
+        return (f"d·t·cp·p must equal the device count: {d}·{t}·{cp}·{p} = {layout.devices}, "
+                f"devices = {devices}")
+    if constraint == "heads":
+        return f"t must divide the attention heads a: a = {model.a}, t = {t}"
+    if constraint == "kv_heads":
+        return (f"t must divide the KV heads n_kv (or n_kv divide t, KV heads replicated): "
+                f"n_kv = {model.n_kv}, t = {t}")
+    if constraint == "sequence":
+        return f"cp must divide the sequence length s: s = {layout.s or model.s}, cp = {cp}"
+    if constraint == "ulysses_heads":
+        return (f"Ulysses CP splits each TP rank's heads: cp must divide a/t = {model.a}/{t} = "
+                f"{model.a // t}, cp = {cp}")
+    if constraint == "virtual_pipeline":
+        return f"vp > 1 (virtual pipeline chunks) needs p > 1: vp = {layout.vp}, p = {p}"
+    if constraint == "pipeline_split":
+        try:
+            chunk_layer_counts(model, layout)
+        except LayoutError as exc:
+            return str(exc)
+    if constraint == "dense_ep":
+        return f"ep must be 1 for a dense model (n_exp = {model.n_exp}), got ep = {ep}"
+    if constraint == "experts":
+        return f"ep must divide the routed experts n_exp: n_exp = {model.n_exp}, ep = {ep}"
+    if constraint == "ep_within_dp_tp":
+        return f"ep <= d·t: the experts spread over a stage's DP×TP ranks; ep = {ep}, d·t = {d}·{t} = {d * t}"
+    if constraint == "expert_dp_with_etp":
+        return (f"etp·ep must divide d·t·cp (expert DP = d·t·cp/(etp·ep)): etp = {layout.etp}, "
+                f"ep = {ep}, d·t·cp = {d * t * cp}")
+    if constraint == "ep_divides_d":
+        return f"ep must divide d (expert DP = d/ep while ep <= d): d = {d}, ep = {ep}"
+    if constraint == "ep_divides_dt":
+        return f"ep must divide d·t (expert DP = d·t/ep once ep > d): d·t = {d * t}, ep = {ep}"
+    if constraint == "expert_width":
+        t_exp, _ = _expert_degrees(d, t, cp, ep, layout.etp)
+        return (f"the expert TP degree t_exp must divide the expert width hff_exp: "
+                f"hff_exp = {model.hff_exp}, t_exp = {int(t_exp)}")
+    if constraint == "optimizer_shard":
+        return f"os (optimizer shard ranks) must divide d: d = {d}, os = {layout.os}"
+    if constraint in ("recompute_list_length", "recompute_list_layers"):
+        layers = None
+        if len(layout.recompute.full_per_stage or ()) == p:  # the stages' sizes matter once the length fits
+            layers = [sum(row) for row in chunk_layer_counts(model, layout)]
+        message = _recompute_list_error(layout.recompute, p, layers)
+        if message is not None:
+            return message
+    raise AssertionError(f"layout {layout} breaks no constraint {constraint!r}")  # pragma: no cover
+
+
+def layout_violations(model: ModelConfig, batch: LayoutBatch, devices: int | None = None) -> np.ndarray:
+    """Per layout, the first constraint it breaks: an index into :data:`LAYOUT_CONSTRAINTS`, or -1.
+
+    The constraints are :func:`validate`'s, checked in its order over the whole batch at once.
+
+    Raises:
+        LayoutError: for a device count that is not a whole number >= 1.
+    """
+    _check_devices(devices)
+    broken = _constraint_masks(model, batch, devices)
+    first = np.full(len(batch), -1, dtype=np.int16)
+    for code in reversed(range(len(LAYOUT_CONSTRAINTS))):  # the earliest broken constraint is written last
+        mask = broken.get(LAYOUT_CONSTRAINTS[code])
+        if mask is None:
+            continue
+        if np.ndim(mask) == 0:  # a constraint the model or the run settings alone decide
+            if mask:
+                first[:] = code
+        else:
+            first[mask] = code
+    return first
+
+
+def validate_batch(model: ModelConfig, batch: LayoutBatch, devices: int | None = None) -> np.ndarray:
+    """A bool array: which layouts of *batch* can run *model* (the constraints of :func:`validate`).
+
+    Raises:
+        LayoutError: for a device count that is not a whole number >= 1.
+    """
+    return layout_violations(model, batch, devices) < 0
+
+
+def violation_message(model: ModelConfig, batch: LayoutBatch, index: int, devices: int | None = None) -> str | None:
+    """The error :func:`validate` gives for layout *index* of *batch*, or ``None`` when it is valid."""
+    layout = batch.layout(index)
+    code = int(layout_violations(model, batch.subset([index]), devices)[0])
+    return None if code < 0 else _violation_message(model, layout, devices, LAYOUT_CONSTRAINTS[code])
 
 
 def validate(model: ModelConfig, layout: Layout, devices: int | None = None) -> None:
     """Check that *layout* can run *model*.
 
-    Constraints (each error names it and the values):
+    Constraints (each error names it and the values; :data:`LAYOUT_CONSTRAINTS` in this
+    order, the same rules as :func:`validate_batch`):
 
     * ``d·t·cp·p == devices`` when a device count is given;
     * ``t`` divides the heads ``a``; for non-MLA attention ``t`` divides ``n_kv`` when
@@ -454,60 +1017,14 @@ def validate(model: ModelConfig, layout: Layout, devices: int | None = None) -> 
     Raises:
         LayoutError: for the first constraint that fails.
     """
-    d, t, p, cp, ep = layout.d, layout.t, layout.p, layout.cp, layout.ep
-    if devices is not None:
-        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-            raise LayoutError(f"devices: must be a whole number >= 1, got {devices!r}")
-        if layout.devices != devices:
-            raise LayoutError(f"d·t·cp·p must equal the device count: {d}·{t}·{cp}·{p} = {layout.devices}, "
-                              f"devices = {devices}")
-    if model.a % t:
-        raise LayoutError(f"t must divide the attention heads a: a = {model.a}, t = {t}")
-    if model.dc_kv == 0:
-        kv = model.n_kv
-        if (kv >= t and kv % t) or (kv < t and t % kv):
-            raise LayoutError(f"t must divide the KV heads n_kv (or n_kv divide t, KV heads replicated): "
-                              f"n_kv = {kv}, t = {t}")
-    s = layout.s or model.s
-    if s % cp:
-        raise LayoutError(f"cp must divide the sequence length s: s = {s}, cp = {cp}")
-    if layout.cp_algo == "ulysses_cp" and (model.a // t) % cp:
-        raise LayoutError(f"Ulysses CP splits each TP rank's heads: cp must divide a/t = {model.a}/{t} = "
-                          f"{model.a // t}, cp = {cp}")
-    if layout.vp > 1 and p == 1:
-        raise LayoutError(f"vp > 1 (virtual pipeline chunks) needs p > 1: vp = {layout.vp}, p = {p}")
-    counts = chunk_layer_counts(model, layout)
-    if model.n_exp <= 1:
-        if ep != 1:
-            raise LayoutError(f"ep must be 1 for a dense model (n_exp = {model.n_exp}), got ep = {ep}")
-    else:
-        if model.n_exp % ep:
-            raise LayoutError(f"ep must divide the routed experts n_exp: n_exp = {model.n_exp}, ep = {ep}")
-        if ep > d * t:
-            raise LayoutError(f"ep <= d·t: the experts spread over a stage's DP×TP ranks; ep = {ep}, "
-                              f"d·t = {d}·{t} = {d * t}")
-        if layout.etp > 1:
-            if (d * t * cp) % (layout.etp * ep):
-                raise LayoutError(f"etp·ep must divide d·t·cp (expert DP = d·t·cp/(etp·ep)): etp = {layout.etp}, "
-                                  f"ep = {ep}, d·t·cp = {d * t * cp}")
-        elif ep <= d and d % ep:
-            raise LayoutError(f"ep must divide d (expert DP = d/ep while ep <= d): d = {d}, ep = {ep}")
-        elif ep > d and (d * t) % ep:
-            raise LayoutError(f"ep must divide d·t (expert DP = d·t/ep once ep > d): d·t = {d * t}, ep = {ep}")
-        t_exp, _ = _expert_degrees(model, layout)
-        if model.hff_exp % t_exp:
-            raise LayoutError(f"the expert TP degree t_exp must divide the expert width hff_exp: "
-                              f"hff_exp = {model.hff_exp}, t_exp = {t_exp}")
-    if layout.os is not None and d % layout.os:
-        raise LayoutError(f"os (optimizer shard ranks) must divide d: d = {d}, os = {layout.os}")
-    plan = layout.recompute
-    if plan.full_per_stage is not None:
-        if len(plan.full_per_stage) != p:
-            raise LayoutError(f"the recompute list needs one entry per stage: {len(plan.full_per_stage)} entries "
-                              f"{list(plan.full_per_stage)}, p = {p}")
-        for stage, (n, row) in enumerate(zip(plan.full_per_stage, counts)):
-            if n > sum(row):
-                raise LayoutError(f"recompute: stage {stage} holds {sum(row)} layers, cannot fully recompute {n}")
+    _validate_one(model, layout, LayoutBatch.from_layouts([layout]), devices)
+
+
+def _validate_one(model: ModelConfig, layout: Layout, batch: LayoutBatch, devices: int | None) -> None:
+    """:func:`validate` for *layout*, given as the batch of one it makes."""
+    code = int(layout_violations(model, batch, devices)[0])
+    if code >= 0:
+        raise LayoutError(_violation_message(model, layout, devices, LAYOUT_CONSTRAINTS[code]))
 
 
 # --------------------------------------------------------------------------- derived fields
@@ -519,6 +1036,7 @@ def derive_fields(model: ModelConfig, layout: Layout, *, network: System | None 
     The result is a case-style ``inputs`` mapping (FORMULAS.md §1): numbers as floats,
     switches as 0.0 / 1.0, ``cp_algo`` as text and ``rec_op`` as a mapping of switches. Add
     ``stages`` (:func:`build_stages`), ``device``, ``mode`` and ``ttype`` for a stage walk.
+    The same rules as :func:`derive_fields_batch`, on a batch of one.
 
     Model fields come from *model* (``s`` from the layout when it states one). Derived
     fields, confirmed against the reference cases' inputs unless marked *inferred*:
@@ -555,47 +1073,37 @@ def derive_fields(model: ModelConfig, layout: Layout, *, network: System | None 
     Raises:
         LayoutError: when :func:`validate` rejects the layout.
     """
-    validate(model, layout)
-    t_exp, d_exp = _expert_degrees(model, layout)
-    ranks = _optimizer_ranks(layout)
-    d, t, p, cp, ep = layout.d, layout.t, layout.p, layout.cp, layout.ep
-    level = 3.0 if layout.grad_shard else 2.0
-    fields_: dict[str, Any] = model.fields()
-    if layout.s is not None:
-        fields_["s"] = float(layout.s)
-    fields_.update({
-        "b": float(layout.b), "m": float(layout.m),
-        "d": float(d), "t": float(t), "p": float(p), "cp": float(cp), "ep": float(ep),
-        "vp": float(layout.vp), "etp": float(layout.etp),
-        "t_exp": float(t_exp), "d_exp": float(d_exp),
-        "sp": float(t if layout.sp else 1),
-        "os_max_shard": float(ranks),
-        "comm_t": float(t > 1),
-        "comm_ep": float(ep > 1 or model.n_exp > 1),
-        "comm_cp": float(cp > 1),
-        "comm_d_non_exp": 0.0 if d == 1 or not layout.op else level,
-        "comm_d_exp": 0.0 if d_exp == 1 or not layout.op else level,
-        "comm_dp_overlap": _DP_OVERLAP,
-        "comm_tp_overlap": _TP_OVERLAP,
-        "shard_p_os_non_exp_partial": float(ranks * t * cp),
-        "shard_p_os_exp": float((d_exp if layout.op else 1) * cp * t_exp),
-        "shard_p_os_exp_partial": float(math.gcd(model.n_exp, ranks * t_exp)),
-        "shard_embed": float(ranks * (1 if p == 1 else t)),
-        "gather_embed": float(ranks),
-        "grad_shard_as_params": float(layout.fsdp),
-        "reshards": float(layout.reshards),
-        "shard_spans_cp": 0.0,
-        "rec_op": dict(_SELECTIVE_REC_OP) if layout.recompute.selective else dict.fromkeys(_SELECTIVE_REC_OP, 1.0),
-        "cp_algo": layout.cp_algo,
-        "layer_stack": 0.0,
-    })
-    if network is None:
-        fields_.update(ORIGINAL_CP_NETWORK)
-    else:
-        bindings = network.bindings()
-        for key in ("device_per_node", "bw_intra", "bw_inter", "device_intra_node_num"):
-            fields_[key] = float(bindings[key])
-    return fields_
+    batch = LayoutBatch.from_layouts([layout])
+    _validate_one(model, layout, batch, None)
+    fields_ = _all_fields(model, batch, network)
+    return {name: float(value[0]) if isinstance(value, np.ndarray) else value for name, value in fields_.items()}
+
+
+def derive_fields_batch(model: ModelConfig, batch: LayoutBatch, *,
+                        network: System | None = None) -> dict[str, Any]:
+    """Every field :func:`derive_fields` gives, for all layouts of *batch* at once.
+
+    Fields that follow from the layout keys (``d, t, …, t_exp, d_exp, sp, os_max_shard,
+    comm_*`` switches and levels, ``shard_*``, ``gather_embed``) are float64 arrays of length
+    N, one value per layout, even where a run setting makes them constant; the model's
+    fields, ``s`` and the fields the run settings fix (overlaps, ``grad_shard_as_params``,
+    ``reshards``, ``rec_op``, ``cp_algo``, the CP network, …) are plain values as in
+    :func:`derive_fields`. ``derive_fields_batch(model, batch)[k][i]`` equals
+    ``derive_fields(model, batch.layout(i))[k]``.
+
+    Raises:
+        LayoutError: when a layout breaks a constraint of :func:`validate`, naming the first
+            such layout, its index and the constraint (filter with :func:`validate_batch`).
+    """
+    codes = layout_violations(model, batch)
+    invalid = np.flatnonzero(codes >= 0)
+    if invalid.size:
+        index = int(invalid[0])
+        layout = batch.layout(index)
+        message = _violation_message(model, layout, None, LAYOUT_CONSTRAINTS[codes[index]])
+        raise LayoutError(f"layout {index} of the batch ({layout}): {message}; {invalid.size} of {len(batch)} "
+                          f"layouts are invalid (validate_batch gives the mask)")
+    return _all_fields(model, batch, network)
 
 
 # --------------------------------------------------------------------------- stages
@@ -618,12 +1126,9 @@ def build_stages(model: ModelConfig, layout: Layout) -> list[list[list[str]]]:
     counts = chunk_layer_counts(model, layout)
     plan = layout.recompute
     rest = SEL_REC_LAYER if plan.mode == "selective" else NOT_REC_LAYER
+    full_per_stage = _full_recompute_per_stage(plan, np.array([sum(row) for row in counts])).tolist()
     stages: list[list[list[str]]] = []
-    for s, row in enumerate(counts):
-        if plan.full_per_stage is not None:
-            full = plan.full_per_stage[s]
-        else:
-            full = sum(row) if plan.mode == "full" else 0
+    for row, full in zip(counts, full_per_stage):
         kinds = [FULL_REC_LAYER] * full + [rest] * (sum(row) - full)
         chunks, start = [], 0
         for n in row:
@@ -633,6 +1138,75 @@ def build_stages(model: ModelConfig, layout: Layout) -> list[list[list[str]]]:
     stages[0][0].insert(0, EMBEDDING_LAYER)
     stages[-1][-1].append(OUTPUT_LAYER)
     return stages
+
+
+#: Keys of :func:`pipeline_stage_counts`: the count symbols the stage formulas read
+#: (``symbolic.model``; ``codegen.adapters.model.COUNT_NAMES``).
+STAGE_COUNT_NAMES = ("n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
+
+
+def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
+                          recompute: str | RecomputePlan | None = None,
+                          offset: Sequence[int] | Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Per stage, how many layers of each kind a pipeline of *p* stages holds, without building it.
+
+    The counts ``codegen.adapters.model.stage_counts(build_stages(model, layout), model.n_lay)``
+    gives for a layout with this pipeline, computed from the slot sizes of
+    :func:`chunk_layer_counts` alone: ``n_embedding`` (stage 0) and ``n_output`` (the last
+    stage); ``n_body``, the body layers with a kind entry (the first ``n_lay`` in model order:
+    chunk 0 of every stage, then chunk 1, …); ``n_extra`` / ``n_extra_sel``, the layers past
+    ``n_lay`` (MTP) not / selectively recomputed; ``n_full_rec`` / ``n_sel_rec``, the fully /
+    selectively recomputed layers, the first ones of each stage in stage order fully
+    (:class:`RecomputePlan`).
+
+    Args:
+        model: the model (``n_lay``, ``n_mtp``).
+        p, vp: pipeline stages and virtual chunks per stage.
+        recompute: the plan (text for :func:`parse_recompute` or a :class:`RecomputePlan`);
+            ``None`` recomputes nothing.
+        offset: layers beyond the even split, as :attr:`Layout.offset`; ``None``: the even split.
+
+    Returns:
+        Float arrays of shape ``(p,)`` under the keys of :data:`STAGE_COUNT_NAMES`.
+
+    Raises:
+        LayoutError: for ``p`` or ``vp`` below 1, a split :func:`chunk_layer_counts` rejects,
+            or a recompute list that does not fit the stages.
+    """
+    _positive_int("p", p)
+    _positive_int("vp", vp)
+    plan = RecomputePlan() if recompute is None else \
+        recompute if isinstance(recompute, RecomputePlan) else parse_recompute(recompute)
+    slots = _slot_layers(model, p, vp, None if offset is None else _normalise_offset(offset))  # (p, vp)
+    stage_layers = slots.sum(axis=1)
+    error = _recompute_list_error(plan, p, stage_layers.tolist())
+    if error is not None:
+        raise LayoutError(error)
+    # Model order runs slot (stage s, chunk c) as number c·p + s: each slot's first layer's position.
+    in_model_order = slots.T.ravel()
+    first_position = (np.cumsum(in_model_order) - in_model_order).reshape(vp, p).T
+    with_entry = np.clip(model.n_lay - first_position, 0, slots)  # a slot's first layers have a kind entry
+    first_in_stage = np.cumsum(slots, axis=1) - slots  # stage order: chunk 0's layers first
+    full = _full_recompute_per_stage(plan, stage_layers)
+    if plan.selective:
+        # The slot's layers past n_lay run from first_in_stage + with_entry; the selective ones start at `full`.
+        extra_start = np.maximum(first_in_stage + with_entry, full[:, None])
+        extra_sel = np.maximum(first_in_stage + slots - extra_start, 0).sum(axis=1)
+        sel_rec = stage_layers - full
+    else:
+        extra_sel = sel_rec = np.zeros(p, dtype=np.int64)
+    body = with_entry.sum(axis=1)
+    stage = np.arange(p)
+    counts = {
+        "n_embedding": stage == 0,
+        "n_output": stage == p - 1,
+        "n_body": body,
+        "n_extra": stage_layers - body - extra_sel,
+        "n_extra_sel": extra_sel,
+        "n_full_rec": full,
+        "n_sel_rec": sel_rec,
+    }
+    return {name: counts[name].astype(np.float64) for name in STAGE_COUNT_NAMES}
 
 
 @dataclass(frozen=True)

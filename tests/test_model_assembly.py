@@ -92,3 +92,19 @@ def test_evaluate_stages_is_vectorised_over_stages():
     out = evaluate_stages(inputs)
     assert out["total"].shape == (4,)
     assert_close(out["total"], out["dp"] + out["tp"] + out["ep"] + out["cp"], rtol=1e-12)
+
+
+def test_selective_recompute_reads_the_gather_switch():
+    """A selective layer with rec_op.gather = 1 keeps its gathered activation: no TP again (κ = 1)."""
+    cfg = load_model("llama2-7b")
+    lay = parse_layout("d=4,t=2,p=2,m=8", cfg.layout, recompute="selective")
+    base = {**derive_fields(cfg, lay), "stages": build_stages(cfg, lay), "device": "A2", "mode": "both",
+            "ttype": "FLOP"}
+    from codegen.adapters import ADAPTERS
+
+    for gather in (0.0, 1.0):
+        inputs = {**base, "rec_op": {**base["rec_op"], "gather": gather}}
+        closed, walked = ADAPTERS["estimate_from_mem_comm"](inputs), walk(inputs)
+        assert_close(closed["recomputed"], walked["recomputed"], rtol=1e-9)
+        assert_close(closed["per_dim_recomputed"]["MP"], walked["per_dim_recomputed"]["MP"], rtol=1e-9)
+    assert lay.recompute.mode == "selective"

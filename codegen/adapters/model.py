@@ -19,6 +19,7 @@ from symbolic.formula import Formula
 from ..kernels import formula_functions
 from ..levels import comm_score
 from .ep import max_rank_tokens
+from .tp import gather_switch
 from .fields import Fields
 
 __all__ = ["ADAPTERS", "variant_of", "stage_counts", "evaluate_stages"]
@@ -120,6 +121,8 @@ def evaluate_stages(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
             values[name] = max_rank_tokens(f["tokens_per_expert"], n_exp=int(f.num("n_exp")), ep=int(f.num("ep")))
         elif name.startswith("score_factor_"):
             values.update(_score_factors(f, device))
+        elif name == "gather":
+            values[name] = gather_switch(inputs)
         else:
             values[name] = f.num(name)
     shape = (len(inputs["stages"]),)
