@@ -1,4 +1,4 @@
-"""``symcost compile [--out DIR] [--check]``: the registry → ``generated/`` (NumPy evaluators)."""
+"""``symcost compile [--out DIR] [--check]``: the registry → ``generated/`` (NumPy evaluators) and ``docs/formulas.md``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
+from .docs import DOCS_PATH, check_formulas_doc, write_formulas_doc
 
 __all__ = ["register", "run"]
 
@@ -14,8 +15,9 @@ __all__ = ["register", "run"]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compile", help="compile every registered formula into generated/",
                        description="Render every registered formula into NumPy evaluators (one module per "
-                                   "dimension, __init__.py with the FORMULAS table). Writes atomically and "
-                                   "removes stale files; --check only compares.")
+                                   "dimension, __init__.py with the FORMULAS table) and the formula reference "
+                                   "docs/formulas.md. Writes atomically and removes stale files; --check only "
+                                   "compares.")
     p.add_argument("--out", metavar="DIR", type=Path, default=None,
                    help=f"output directory (default: {DEFAULT_DIRECTORY.name}/ beside codegen/)")
     p.add_argument("--check", action="store_true",
@@ -25,19 +27,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     directory = args.out if args.out is not None else DEFAULT_DIRECTORY
+    # The formula reference belongs to the repository's own tree: only with the default output.
+    with_docs = args.out is None
     files = render_tree()  # raises CodegenError (a ValueError) naming the formula; cli prints it
     if args.check:
         diff = compare_tree(files, directory)
+        doc_report = check_formulas_doc() if with_docs else None
         if diff.ok:
             print(f"{directory}: up to date ({len(files)} files)")
-            return 0
-        sys.stdout.write(diff.report(directory))
-        return 1
+        else:
+            sys.stdout.write(diff.report(directory))
+        if doc_report:
+            sys.stdout.write(doc_report)
+        elif with_docs:
+            print(f"{DOCS_PATH}: up to date")
+        return 0 if diff.ok and not doc_report else 1
     diff = write_tree(files, directory)
     if diff.ok:
         print(f"{directory}: up to date ({len(files)} files)")
     else:
         print(f"{directory}: wrote {len(files)} files ({len(diff.changed)} changed, {len(diff.missing)} new, "
               f"{len(diff.stale)} stale removed)")
+    if with_docs:
+        print(f"{DOCS_PATH}: {'written' if write_formulas_doc() else 'up to date'}")
     return 0
-

@@ -1,0 +1,316 @@
+"""Readable closed forms (symcost derive) and the generated formula reference (docs/formulas.md)."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+import sympy
+from sympy import Min, Ne, Piecewise, Rational
+
+from codegen.adapters.model import COUNT_NAMES
+from codegen.cli import main
+from codegen.cmd_derive import STAGE_NAMES
+from codegen.docs import DOCS_PATH, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
+from conftest import CASES, assert_close
+from symbolic import registry
+from symbolic.simplify import PASSES, closed_form, collect_linear, size
+from symbolic.symbols import SPECS, symbol, syms
+from symbolic.variants import FAMILIES
+
+s, b, h, a, t, cp, dh, dhr, n_kv, hff, mb = syms("s", "b", "h", "a", "t", "cp", "dh", "dhr", "n_kv", "hff", "mb")
+bytes_compute, comm_t, n_gather = syms("bytes_compute", "comm_t", "n_gather")
+
+
+# ---------------------------------------------------------------- random valid values
+
+
+def _draw(name: str, rng: random.Random) -> sympy.Expr:
+    """A value valid for the symbol's declared kind; a nonnegative one is 0 a quarter of the time (fallbacks)."""
+    kind = SPECS[name].kind
+    if kind == "positive_integer":
+        return sympy.Integer(rng.randint(1, 12))
+    if kind == "nonnegative_integer":
+        return sympy.Integer(0 if rng.random() < 0.25 else rng.randint(1, 9))
+    if kind == "positive":
+        return sympy.Float(rng.uniform(0.5, 6.0))
+    return sympy.Float(0 if rng.random() < 0.25 else rng.uniform(0.1, 6.0))
+
+
+def _value(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Expr]) -> float | None:
+    """*expr* at *point*, None where it is undefined (a division by 0 in a branch taken)."""
+    value = sympy.sympify(expr).xreplace(point)
+    if not value.is_number or value.has(sympy.zoo, sympy.nan) or not value.is_finite:
+        return None
+    return float(value)
+
+
+def _points(n: int, seed: int) -> list[dict[sympy.Symbol, sympy.Expr]]:
+    rng = random.Random(seed)
+    return [{symbol(name): _draw(name, rng) for name in SPECS} for _ in range(n)]
+
+
+def _assert_same_value(before: sympy.Expr, after: sympy.Expr, points: list[dict[sympy.Symbol, sympy.Expr]],
+                       what: str) -> None:
+    checked = 0
+    for point in points:
+        want = _value(before, point)
+        if want is None or not math.isfinite(want):
+            continue
+        got = _value(after, point)
+        assert got is not None, f"{what}: undefined at {point} where the original is {want}"
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), f"{what}: {got} != {want} at {point}"
+        checked += 1
+    assert checked, f"{what}: no point where the original is defined"
+
+
+# ---------------------------------------------------------------- LaTeX goldens
+
+
+def _eta() -> sympy.Expr:
+    # FORMULAS.md §4: η = dh if dh ≠ 0 else h / max(1, a); a is a positive integer, so max(1, a) = a.
+    return Piecewise((dh, Ne(dh, 0)), (h / a, True))
+
+
+def _rho() -> sympy.Expr:
+    return (cp - 1) / cp
+
+
+# Expected strings written from FORMULAS.md (§2, §4, §7), in SymPy's canonical factor order and with the
+# reference's symbol spelling: one letter as is, x_rest as x_{\mathrm{rest}}, other names upright.
+GOLDENS = {
+    # Ring: V = 2·ρ·s·b·2W·bytes_compute with the GQA width W = min(n_kv if n_kv > 0 else a, a)·dh/t.
+    "cp_ring_gqa_traffic_bytes": (
+        2 * _rho() * s * b * 2 * (Piecewise((Min(n_kv, a), n_kv > 0), (a, True)) * dh / t) * bytes_compute,
+        r"\frac{4 b \mathrm{bytes\_compute} \mathrm{dh} s \left(\mathrm{cp} - 1\right) \left(\begin{cases} "
+        r"\min\left(a, n_{\mathrm{kv}}\right) & \text{for}\: n_{\mathrm{kv}} > 0 \\a & \text{otherwise} "
+        r"\end{cases}\right)}{\mathrm{cp} t}",
+    ),
+    # Ulysses MLA: V = 2·ρ·(s/cp)·b·[a(η + dhr)/t + 2W + a·η/t]·bytes_compute, W = n_kv(2dh + dhr)/(2t);
+    # the output term a·η reads a·dh, or h when dh is unset.
+    "cp_ulysses_mla_traffic_bytes": (
+        2 * _rho() * (s / cp) * b * (a * (_eta() + dhr) / t + 2 * (n_kv * (2 * dh + dhr) / (2 * t))
+                                     + a * _eta() / t) * bytes_compute,
+        r"\frac{2 b \mathrm{bytes\_compute} s \left(\mathrm{cp} - 1\right) \left(a \left(\mathrm{dhr} + "
+        r"\begin{cases} \mathrm{dh} & \text{for}\: \mathrm{dh} \neq 0 \\\frac{h}{a} & \text{otherwise} "
+        r"\end{cases}\right) + n_{\mathrm{kv}} \left(2 \mathrm{dh} + \mathrm{dhr}\right) + \begin{cases} "
+        r"a \mathrm{dh} & \text{for}\: \mathrm{dh} \neq 0 \\h & \text{otherwise} \end{cases}\right)}"
+        r"{\mathrm{cp}^{2} t}",
+    ),
+    # Dense TP at a non-selective node (κ = 1): comm_t·(¼·n_gather·s·b·h·mb + ¼·n_gather·s·b·hff·mb)/cp.
+    "tp_dense_layer_elements": (
+        comm_t * (Rational(1, 4) * n_gather * s * b * h * mb + Rational(1, 4) * n_gather * s * b * hff * mb) / cp,
+        r"\frac{b \mathrm{comm\_t} \mathrm{mb} n_{\mathrm{gather}} s \left(h + \mathrm{hff}\right)}{4 \mathrm{cp}}",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDENS))
+def test_latex_golden(name):
+    independent, expected = GOLDENS[name]
+    formula = registry.get(name)
+    # The golden is the formula as FORMULAS.md states it: same value as the registered one ...
+    _assert_same_value(independent, formula.expr, _points(40, seed=7), name)
+    # ... and printed as expected once the cheap passes have run.
+    assert latex(closed_form(formula.expr)) == expected
+
+
+def test_latex_names_read_as_fields():
+    assert latex(symbol("cp") * symbol("t")) == r"\mathrm{cp} t"  # cp is one name, not c·p
+    assert latex(symbol("n_kv")) == r"n_{\mathrm{kv}}"
+    assert latex(symbol("bytes_compute")) == r"\mathrm{bytes\_compute}"
+
+
+# ---------------------------------------------------------------- simplification passes
+
+FORMULA_NAMES = registry.names()
+
+
+@pytest.mark.parametrize("pass_name,fn", PASSES, ids=[n for n, _ in PASSES])
+def test_each_pass_keeps_the_value(pass_name, fn):
+    points = _points(6, seed=11)
+    changed = 0
+    for name in FORMULA_NAMES:
+        expr = registry.get(name).expr
+        try:
+            out = fn(expr)
+        except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
+            continue  # closed_form skips a pass that raises
+        if out != expr:
+            changed += 1
+            _assert_same_value(expr, out, points, f"{pass_name} on {name}")
+    # cancel, together and factor leave these formulas as they are; the others must do something.
+    if pass_name in ("absorb_into_piecewise", "cancel_pieces", "factor_terms", "piecewise_fold"):
+        assert changed
+
+
+def test_closed_form_keeps_the_value_and_never_grows():
+    points = _points(6, seed=13)
+    shrunk = 0
+    for name in FORMULA_NAMES:
+        expr = registry.get(name).expr
+        out = closed_form(expr)
+        assert size(out) <= size(expr), f"{name}: {size(out)} > {size(expr)}"
+        shrunk += size(out) < size(expr)
+        if out != expr:
+            _assert_same_value(expr, out, points, name)
+    assert shrunk > 20  # the passes do make a difference
+
+
+def test_collect_linear_lays_a_stage_out_by_layer_kind():
+    from codegen.adapters.fields import Fields
+    from codegen.adapters.model import variant_of
+    from codegen.layout import derive_fields, parse_layout
+    from codegen.modelcfg import load_model
+    from symbolic.model import stage_formulas
+
+    cfg = load_model("llama2-7b")
+    variant = variant_of(Fields(derive_fields(cfg, parse_layout("", cfg.layout))), "A2")
+    total = stage_formulas(variant).total.expr
+    counts = syms(*COUNT_NAMES)
+    laid_out = closed_form(total, linear_in=counts)
+    assert isinstance(laid_out, sympy.Add)
+    first_factors = [term.args[0] for term in laid_out.args]
+    assert symbol("n_body") in first_factors
+    assert symbol("n_embedding") + symbol("n_output") in first_factors  # equal per-layer costs are grouped
+    _assert_same_value(total, laid_out, _points(6, seed=17), "stage total")
+
+
+def test_collect_linear_refuses_a_nonlinear_expression():
+    n_body, n_output = syms("n_body", "n_output")
+    assert collect_linear(n_body * n_output * h, (n_body, n_output)) is None
+    assert collect_linear(sympy.Max(1, n_body) * h, (n_body,)) is None
+    assert collect_linear(Piecewise((h, n_body > 2), (s, True)), (n_body,)) is None
+
+
+# ---------------------------------------------------------------- symcost derive
+
+#: One valid option set per function of the original.
+FAMILY_OPTIONS = {
+    "cp_traffic": ["--algo", "ulysses_cp", "--attention", "mla"],
+    "cp_comm_layer_detailed": ["--algo", "hybird_cp", "--attention", "gqa", "--linear"],
+    "_cp_resolve_topology": [],
+    "compute_kv_dim": ["--attention", "mqa"],
+    "EvalBody.num_params_layer": ["--attention", "mla", "--q-direct", "--moe"],
+    "EvalLayerComm.dp_comm_layer": ["--zero", "3,2", "--moe", "--attention", "gqa"],
+    "EvalLayerComm.tp_comm_layer": ["--dense", "--node", "SEL_REC_LAYER"],
+    "EvalLayerComm.ep_comm_layer": ["--routing", "imbalanced"],
+    "EvalLayerComm.fsdp_traffic": ["--layer", "EMBEDDING_LAYER", "--tied"],
+    "EvalLayerComm.fsdp_reduce_traffic": ["--layer", "NOT_REC_LAYER"],
+    "EvalLayerComm.fsdp_layer_parts": [],
+    "fsdp_root_parts": ["--layer", "OUTPUT_LAYER"],
+    "_fsdp_rounds": ["--shard-spans-cp"],
+    "_recomputed_comm": ["--layer", "SEL_REC_LAYER", "--moe", "--algo", "colossalai_cp", "--attention", "mla"],
+    "estimate_comm_score": ["--levels", "3"],
+    "fill_dp_table": [],
+    "fill_tp_table": [],
+    "fill_ep_table": [],
+    "dp_ratio": [],
+    "comm_embed_ouput": [],
+}
+
+
+def test_every_function_of_the_reference_cases_can_be_derived():
+    functions = {case.function for case in CASES}
+    assert functions <= set(FAMILIES) | set(STAGE_NAMES), functions - set(FAMILIES) - set(STAGE_NAMES)
+    assert set(FAMILY_OPTIONS) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_OPTIONS))
+@pytest.mark.parametrize("style", [[], ["--latex"], ["--markdown"]], ids=["text", "latex", "markdown"])
+def test_derive_every_function(name, style, capsys):
+    assert main(["derive", name, *FAMILY_OPTIONS[name], *style]) == 0
+    out = capsys.readouterr().out
+    assert out.strip()
+    if style == ["--markdown"]:
+        assert "```math" in out and "| Symbol |" in out or "No symbols" in out
+
+
+def test_derive_markdown_section(capsys):
+    assert main(["derive", "tp_dense_layer_elements", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## `tp_dense_layer_elements`\n")
+    assert "- **Unit:** elements" in out and "- **Source:**" in out
+    assert "```math\n" + GOLDENS["tp_dense_layer_elements"][1] + "\n```" in out
+    assert "| `n_gather` | $n_{\\mathrm{gather}}$ | TP gathers per layer | ops |" in out
+
+
+def test_derive_dp_lists_the_parameter_counts(capsys):
+    assert main(["derive", "EvalLayerComm.dp_comm_layer", "--zero", "2", "--dense", "--attention", "mha"]) == 0
+    out = capsys.readouterr().out
+    assert "dp_zero2_none_layer_params  [params]" in out  # a dense layer has no expert level
+    assert "params_standard_dense_non_expert_params  [params]" in out
+
+
+def test_derive_stage_total_of_a_model(capsys):
+    start = time.perf_counter()
+    assert main(["derive", "--model", "deepseek-v3", "--layout", "d=32,t=4,p=8", "--fsdp", "--ttype", "TIME"]) == 0
+    assert time.perf_counter() - start < 30  # seconds (about 2 on an idle core): no blind simplify()
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.endswith("stage_total  [score]") and "_fsdp_" in first and "_time_" in first
+    assert "n_body ×" in out and "(n_embedding + n_output) ×" not in out  # FSDP prices the two tables apart
+    assert main(["derive", "estimate_comm", "--model", "llama2-7b", "--with-recomp", "--latex"]) == 0
+    out = capsys.readouterr().out
+    assert "stage_total_recomputed" in out and r"n_{\mathrm{full\_rec}} \cdot" in out
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["EvalLayerComm.dp_comm_layer", "--zero", "5", "--moe"], "zero: expected a DP level 0, 2 or 3"),
+    (["EvalLayerComm.tp_comm_layer", "--moe", "--layer", "TOP_LAYER"], "layer: unknown layer type 'TOP_LAYER'"),
+    (["EvalLayerComm.tp_comm_layer", "--moe"], "EvalLayerComm.tp_comm_layer needs --layer"),
+    (["EvalLayerComm.tp_comm_layer", "--layer", "NOT_REC_LAYER"], "needs --moe/--dense"),
+    (["estimate_comm_score", "--levels", "7"], "levels: a hierarchy of 1 to 3 levels"),
+    (["EvalLayerComm.ep_comm_layer", "--routing", "zigzag"], "routing: unknown EP routing 'zigzag'"),
+    (["EvalBody.num_params_layer", "--attention", "gqa", "--q-direct", "--dense"], "q_direct: only MLA"),
+    (["cp_traffic", "--algo", "ulysses_cp", "--attention", "gqa", "--levels", "2"], "does not read --levels"),
+    (["tp_dense_layer_elements", "--moe"], "takes no variant option; got --moe/--dense"),
+    (["stage_total"], "model: stage_total is a stage output and needs --model"),
+    (["cp_traffic", "--algo", "ulysses_cp", "--attention", "gqa", "--layout", "d=2"], "model: --layout needs --model"),
+    (["--model", "llama2-7b", "--algo", "ulysses_cp"], "model: the stage variant comes from the model"),
+    (["--model", "llama2-7b", "--device", "Z80"], "device: unknown hardware system 'Z80'"),
+    (["--model", "llama2-7b", "--layout", "t=0"], "layout t"),
+    (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["cp_topology_code", "--model", "llama2-7b"], "model: --model derives a stage output"),
+    (["stage_dp", "--model", "llama2-7b", "--with-recomp"], "with_recomp: --with-recomp picks the recomputed"),
+])
+def test_derive_bad_options_name_the_field(argv, fragment, capsys):
+    assert main(["derive", *argv]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- docs/formulas.md
+
+
+def test_formula_reference_is_up_to_date():
+    report = check_formulas_doc(DOCS_PATH)
+    assert report is None, (f"docs/formulas.md is stale: run `symcost compile` "
+                            f"to rewrite it.\n{report}")
+
+
+def test_formula_reference_content():
+    doc = render_formulas_doc()
+    assert doc == render_formulas_doc()  # deterministic
+    head = doc.split("\n## Contents", 1)[0]
+    assert "Generated by `symcost compile`" in head and "Do not edit" in head
+    for name, f in registry.FORMULAS.items():
+        assert f"\n### `{name}`\n" in doc
+        assert f"(#{name})" in doc  # listed in the table of contents
+    for title in ("## Context parallelism (CP)", "## Data parallelism (DP)", "## Symbols"):
+        assert f"\n{title}\n" in doc
+    assert "```math\n" + GOLDENS["cp_ring_gqa_traffic_bytes"][1] + "\n```" in doc
+
+
+def test_write_and_check_formula_reference(tmp_path):
+    path = tmp_path / "docs" / "formulas.md"
+    doc = render_formulas_doc()
+    assert "missing" in check_formulas_doc(path, doc)
+    assert write_formulas_doc(path, doc) is True
+    assert write_formulas_doc(path, doc) is False  # unchanged: not rewritten
+    assert check_formulas_doc(path, doc) is None
+    assert [p.name for p in path.parent.iterdir()] == ["formulas.md"]  # no temporary file left behind
+    path.write_text(doc.replace("Formula reference", "Formula notes"), encoding="utf-8")
+    report = check_formulas_doc(path, doc)
+    assert "stale" in report and "symcost compile" in report and "-# Formula notes" in report
