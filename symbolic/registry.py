@@ -9,9 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import attention, cp
-from . import fsdp, score
-from . import dp, ep, legacy, params, recompute, tp
+from . import attention, cp, dp, ep, fsdp, legacy, params, recompute, score, tp
 from .formula import Formula
 
 __all__ = ["FORMULAS", "get", "names"]

@@ -9,10 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from . import cp
-from . import fsdp, score
-from . import dp, ep, legacy, params, recompute, tp
-from . import model
+from . import cp, dp, ep, fsdp, legacy, model, params, recompute, score, tp
 
 Adapter = Callable[[Mapping[str, Any]], Any]
 
