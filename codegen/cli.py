@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import cmd_check, cmd_compile, cmd_derive, cmd_eval, cmd_hardware
+from . import cmd_check, cmd_compile, cmd_derive, cmd_eval, cmd_hardware, cmd_sensitivity
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (cmd_eval, cmd_check, cmd_derive, cmd_compile, cmd_hardware)
+COMMANDS = (cmd_eval, cmd_check, cmd_derive, cmd_compile, cmd_hardware, cmd_sensitivity)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,11 +20,9 @@ beside ``generated/``.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import functools
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping, Sequence

@@ -13,7 +13,8 @@ __all__ = ["Formula", "UNITS", "DIMENSIONS"]
 
 #: Units a formula may state. "params" is a parameter count; "mixed" marks the
 #: original's sums of quantities in different units (FORMULAS.md §10 item 11).
-UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1"})
+#: "derivative" is a formula's unit per unit of one symbol (symbolic.sensitivity).
+UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative"})
 
 #: Dimensions a formula belongs to.
 DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention"})

@@ -14,7 +14,7 @@ from codegen.adapters.model import COUNT_NAMES
 from codegen.cli import main
 from codegen.cmd_derive import STAGE_NAMES
 from codegen.docs import DOCS_PATH, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
-from conftest import CASES, assert_close
+from conftest import CASES
 from symbolic import registry
 from symbolic.simplify import PASSES, closed_form, collect_linear, size
 from symbolic.symbols import SPECS, symbol, syms

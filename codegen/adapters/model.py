@@ -8,7 +8,7 @@ as arrays.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .ep import max_rank_tokens
 from .tp import gather_switch
 from .fields import Fields
 
-__all__ = ["ADAPTERS", "variant_of", "stage_counts", "evaluate_stages"]
+__all__ = ["ADAPTERS", "variant_of", "stage_counts", "stage_bindings", "evaluate_stages"]
 
 EMBEDDING, OUTPUT = "EMBEDDING_LAYER", "OUTPUT_LAYER"
 NOT_REC, FULL_REC, SEL_REC = "NOT_REC_LAYER", "FULL_REC_LAYER", "SEL_REC_LAYER"
@@ -101,22 +101,17 @@ def _arguments(formula: Formula, values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: values[name] for name in formula.arguments}
 
 
-def evaluate_stages(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Every stage output (``symbolic.model.OUTPUTS``) of a case, as arrays over its stages."""
+def stage_bindings(inputs: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """Values of the symbols *names* for a case's stages: layer counts as arrays over the stages, the
+    rest as numbers (``gather`` from ``rec_op``, ``max_rank_tokens`` from ``tokens_per_expert``, the
+    TIME path's score factors from the level assignment, ``level_bound_0`` from the device)."""
     import hardware
 
     f = Fields(inputs)
     device = str(inputs.get("device", "A2"))
-    system = hardware.load(device)
-    variant = variant_of(f, device)
-    if f.num("cp") > 1 and f.num("a") <= 0:
-        raise ValueError(f"a: attention heads must be positive when cp > 1, got {f.num('a')!r}")
-    formulas = model.stage_formulas(variant)
-    counts = stage_counts(inputs["stages"], int(f.num("n_lay")))
-    values: dict[str, Any] = {**counts, "level_bound_0": float(system.level_bounds()[0])}
-    needed = {a for g in formulas.all() if not g.name.endswith(("_stage_total", "_stage_total_recomputed"))
-              for a in g.arguments} - set(values)
-    for name in needed:
+    values: dict[str, Any] = {**stage_counts(inputs["stages"], int(f.num("n_lay"))),
+                              "level_bound_0": float(hardware.load(device).level_bounds()[0])}
+    for name in sorted(set(names) - set(values)):
         if name == "max_rank_tokens":
             values[name] = max_rank_tokens(f["tokens_per_expert"], n_exp=int(f.num("n_exp")), ep=int(f.num("ep")))
         elif name.startswith("score_factor_"):
@@ -125,10 +120,21 @@ def evaluate_stages(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
             values[name] = gather_switch(inputs)
         else:
             values[name] = f.num(name)
-    shape = (len(inputs["stages"]),)
+    return values
+
+
+def evaluate_stages(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Every stage output (``symbolic.model.OUTPUTS``) of a case, as arrays over its stages."""
+    f = Fields(inputs)
+    variant = variant_of(f, str(inputs.get("device", "A2")))
+    if f.num("cp") > 1 and f.num("a") <= 0:
+        raise ValueError(f"a: attention heads must be positive when cp > 1, got {f.num('a')!r}")
+    formulas = model.stage_formulas(variant)
     # The totals are the sums of the converted parts, as the original's _stage_totals adds its lists
     # (line 668); evaluating the parts alone halves what has to be compiled.
     parts = {name: g for name, g in zip(model.OUTPUTS, formulas.all()) if not name.startswith("total")}
+    values = stage_bindings(inputs, {a for g in parts.values() for a in g.arguments})
+    shape = (len(inputs["stages"]),)
     functions = formula_functions(list(parts.values()))
     out = {name: np.broadcast_to(functions[g.name](**_arguments(g, values)), shape) for name, g in parts.items()}
     out["total"] = out["dp"] + out["tp"] + out["ep"] + out["cp"]
