@@ -4,17 +4,23 @@ On the same N random valid layouts of one dense model (default ``qwen3-72b``,
 FLOP path, no FSDP, the model file's recompute plan, device A2):
 
 * ``scalar_walk``: the original's way (``estimate_from_mem_comm``, FORMULAS.md
-  §8): one layout at a time, derive its config, lay out its stages, then visit
-  every layer of every stage and add the per-layer DP, TP, EP and CP volumes
-  computed in plain Python floats, then convert each stage. Run on a subset
+  §8): one layout at a time, lay out its stages (``build_stages``, which checks
+  the layout), derive its config (the rules of ``derive_fields`` on a batch of
+  one, without checking the layout a second time), then visit every layer of
+  every stage and add the per-layer DP, TP, EP and CP volumes computed in
+  plain Python floats, then convert each stage. Run on a subset
   (``--walk-n``) and reported as a rate.
-* ``generated``: ``codegen.search.StagePricer``: the layouts as arrays, fields
-  derived in NumPy, the per-layer-kind stage coefficients evaluated by
-  generated code once per layout, stages formed as dot products with the
-  layer counts.
+* ``generated``: ``codegen.search.StagePricer`` on the N layouts as arrays:
+  from the arrays to the batch, every layout checked, the fields the
+  specialised coefficient sums read derived in NumPy, the sums evaluated by
+  generated code once per layout, the stages formed from per-pipeline weight
+  tables (see ``codegen/search.py``).
 
-Before timing, the bottleneck-stage values of both ways are compared on the
-subset (relative 1e-9). Prints a table, then one JSON line::
+Both ways check each layout once and return each layout's bottleneck stage.
+Before timing, their bottleneck values are compared on the subset (relative
+1e-9). The two are then timed in alternation, ``--repeat`` times each, and
+each rate is the median, so that a slow spell of the machine hits both alike.
+Prints a table, then one JSON line::
 
     {"n": N, "rates": {"scalar_walk": R, "generated": R}}
 
@@ -38,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from codegen.layout import Layout, build_stages, derive_fields, parse_layout  # noqa: E402
+from codegen.layout import Layout, LayoutBatch, build_stages, derive_fields_batch, parse_layout  # noqa: E402
 from codegen.modelcfg import ModelConfig, load_model  # noqa: E402
 from codegen.search import StagePricer  # noqa: E402
 
@@ -94,10 +100,20 @@ def _cp_layer(c: dict) -> float:
     return 2 * (cp - 1) / cp * c["s"] * c["b"] * 2 * width * c["bytes_compute"]
 
 
+def one_layout_fields(model: ModelConfig, layout: Layout) -> dict:
+    """``derive_fields(model, layout)`` without its check of the layout: ``build_stages`` checks it.
+
+    The same rules on a batch of one, as ``derive_fields`` runs them, read back as floats.
+    Checking each layout once, as the generated path does, keeps the comparison fair.
+    """
+    fields = derive_fields_batch(model, LayoutBatch.from_layouts([layout]), validated=True)
+    return {name: float(value[0]) if isinstance(value, np.ndarray) else value for name, value in fields.items()}
+
+
 def scalar_walk(model: ModelConfig, layout: Layout) -> float:
     """The bottleneck stage's total of one layout, walked layer by layer (dense model, ep = 1, FLOP path)."""
-    c = derive_fields(model, layout)
-    stages = build_stages(model, layout)
+    stages = build_stages(model, layout)  # checks the layout
+    c = one_layout_fields(model, layout)
     n_lay, seen = int(c["n_lay"]), 0
     worst = 0.0
     for stage in stages:  # one chunk per stage here (vp = 1), so model order is stage order
@@ -136,13 +152,10 @@ def random_layouts(model: ModelConfig, n: int, rng: np.random.Generator) -> dict
     }
 
 
-def _median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     walked = np.array([scalar_walk(model, lay) for lay in subset])
     np.testing.assert_allclose(walked, want[:k], rtol=1e-9, err_msg="scalar walk and generated disagree")
 
-    walk_s = _median_seconds(lambda: [scalar_walk(model, lay) for lay in subset], max(1, args.repeat // 2))
-    gen_s = _median_seconds(generated, args.repeat)
-    rates = {"scalar_walk": k / walk_s, "generated": args.n / gen_s}
+    walks, gens = [], []
+    for _ in range(args.repeat):  # alternately, so that both ways see the same state of the machine
+        walks.append(_seconds(lambda: [scalar_walk(model, lay) for lay in subset]))
+        gens.append(_seconds(generated))
+    rates = {"scalar_walk": k / statistics.median(walks), "generated": args.n / statistics.median(gens)}
     print(f"model {args.model}, {args.n:,} random layouts (scalar walk on {k:,} of them), device A2, FLOP path")
     print(f"{'way':<12} {'layouts/s':>16}")
     for way, rate in rates.items():

@@ -23,7 +23,7 @@ Searchers price millions of layouts of one model at once: a :class:`LayoutBatch`
 them as int64 arrays, and :func:`validate_batch`, :func:`derive_fields_batch` and
 :func:`pipeline_stage_counts` give masks, fields and stage counts without a Python loop
 over layouts. Each rule is written once, in NumPy form (``_expert_degrees``,
-``_optimizer_ranks``, …, ``_constraint_masks``, ``_slot_layers``): the one-layout
+``_optimizer_ranks``, …, ``_constraint_rules``, ``_slot_layers``): the one-layout
 functions run it on a batch of one.
 
 Public API::
@@ -41,14 +41,17 @@ Public API::
     validate_batch(model, batch, devices=None) -> np.ndarray[bool]
     layout_violations(model, batch, devices=None) -> np.ndarray[int16]  (index into LAYOUT_CONSTRAINTS, -1 valid)
     violation_message(model, batch, index, devices=None) -> str | None
-    derive_fields_batch(model, batch, *, network=None) -> dict[str, np.ndarray | float | str | dict]
+    derive_fields_batch(model, batch, *, network=None, names=None, validated=False, compact=False)
+        -> dict[str, np.ndarray | float | str | dict]
     pipeline_stage_counts(model, p, vp=1, *, recompute=None, offset=None) -> dict[str, np.ndarray]
+    dp_comm_level_values(batch) -> tuple[int, ...]
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -64,6 +67,7 @@ __all__ = [
     "FULL_REC_LAYER",
     "LAYER_KINDS",
     "LAYOUT_CONSTRAINTS",
+    "LAYOUT_FIELD_NAMES",
     "Layout",
     "LayoutBatch",
     "LayoutError",
@@ -79,6 +83,7 @@ __all__ = [
     "chunk_layer_counts",
     "derive_fields",
     "derive_fields_batch",
+    "dp_comm_level_values",
     "layout_violations",
     "parse_layout",
     "parse_recompute",
@@ -385,14 +390,35 @@ def _int_column(name: str, values: Any, minimum: int) -> np.ndarray:
         raise LayoutError(f"{name}: expected one value per layout (a one-dimensional array), got shape {array.shape}")
     if array.dtype.kind not in "iu":
         raise LayoutError(f"{name}: expected whole numbers, got {array.dtype} values")
-    bad = array < minimum
-    if bad.any():
-        index = int(np.argmax(bad))
+    # One reduction instead of a mask of N booleans; a broadcast value (stride 0) is checked once.
+    if array.size and (array[0] if array.strides == (0,) else array.min()) < minimum:
+        index = int(np.argmax(array < minimum))
         raise LayoutError(f"{name}: every value must be a whole number >= {minimum}, got {array[index]} "
                           f"at index {index}")
     column = array.astype(np.int64, copy=False).view()  # a view: freezing it leaves the caller's array writable
     column.flags.writeable = False
     return column
+
+
+def _per_value(rule: Callable[[np.ndarray], Any], column: np.ndarray) -> np.ndarray:
+    """``rule(column)`` for an elementwise rule of one column of whole numbers >= 0.
+
+    When the column is long and its values small (a degree), the rule runs once per value
+    ``0..max`` and each element looks its answer up: one gather instead of, say, an integer
+    division per element.
+    """
+    if column.ndim != 1 or len(column) < 2 * _VALUE_TABLE_LIMIT or column.strides == (0,):
+        return rule(column)
+    top = int(column.max())
+    if top >= _VALUE_TABLE_LIMIT:
+        return rule(column)
+    with np.errstate(divide="ignore", invalid="ignore"):  # entries no element reads may divide by 0
+        table = np.broadcast_to(rule(np.arange(top + 1)), (top + 1,))
+    return np.take(table, column, mode="clip")  # every value is within the table: no bounds check
+
+
+#: Largest table of values :func:`_per_value` evaluates a rule on.
+_VALUE_TABLE_LIMIT = 1 << 12
 
 
 def _pipeline_is(pipeline: tuple[int, int] | None, p: Any, vp: Any) -> Any:
@@ -517,7 +543,7 @@ class LayoutBatch:
                    for name in _ARRAY_KEYS}
         if "os" not in given and template.os is not None:
             dp = _int_column("d", columns["d"], minimum=1)
-            columns["os"] = np.where(dp % template.os == 0, template.os, WHOLE_DP_GROUP)
+            columns["os"] = _per_value(lambda d: np.where(d % template.os == 0, template.os, WHOLE_DP_GROUP), dp)
         stated = {"op": op, "grad_shard": grad_shard, "sp": sp, "fsdp": fsdp, "reshards": reshards,
                   "cp_algo": cp_algo, "s": s}
         settings = {name: getattr(template, name) if value is None else value for name, value in stated.items()}
@@ -593,7 +619,17 @@ class LayoutBatch:
                       recompute=self.recompute if list_applies else self.recompute.uniform())
 
     def subset(self, selector: Any) -> LayoutBatch:
-        """The layouts *selector* picks (a boolean mask of length N, or indices), settings kept."""
+        """The layouts *selector* picks (a boolean mask of length N, indices, or a slice), settings kept.
+
+        A slice gives views of this batch's columns (a broadcast key stays a broadcast).
+        """
+        if isinstance(selector, slice):
+            # Views of columns and settings this batch has checked already: nothing to check again,
+            # which matters to a caller walking millions of layouts block by block.
+            view = copy.copy(self)
+            for name in _ARRAY_KEYS:
+                object.__setattr__(view, name, getattr(self, name)[selector])
+            return view
         return replace(self, **{name: getattr(self, name)[selector] for name in _ARRAY_KEYS})
 
 
@@ -602,7 +638,8 @@ class LayoutBatch:
 # Each rule that turns layout keys into a config field is written once, here, in NumPy form:
 # it takes whole numbers or int64 arrays (broadcast together) and gives the same, so that
 # derive_fields (one layout) and derive_fields_batch (N layouts) run the same code. Shared run
-# settings (op, sp, grad_shard) arrive as Python bools and are resolved before any arithmetic.
+# settings (op, sp, grad_shard) arrive as Python bools and are resolved before any arithmetic;
+# so is any condition that is one value for the whole batch.
 
 
 def _expert_degrees(d: Any, t: Any, cp: Any, ep: Any, etp: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -616,10 +653,18 @@ def _expert_degrees(d: Any, t: Any, cp: Any, ep: Any, etp: Any) -> tuple[np.ndar
     (e.g. DeepSeek d=16, t=4, ep=8 → 4, 2; d=8, t=8, cp=2, ep=16 → 1, 4). The original
     floors and clamps to 1; :func:`validate` rejects layouts where the division is not exact.
     """
+    # A key or run setting the whole batch shares decides a branch before any arithmetic: the
+    # branches not taken (integer divisions over millions of layouts) are never computed.
     expert_tp = etp > 1
-    within_dp = d >= ep
-    t_exp = np.where(expert_tp, etp, np.where(within_dp, t, 1))
-    d_exp = np.where(expert_tp, d * t * cp // (etp * ep), np.where(within_dp, d // ep, d * t // ep))
+    if np.ndim(ep) == 0 and ep <= 1:  # a dense model: EP fits in every DP group (d is at least 1)
+        within_dp, t_exp_dp, d_exp_dp = True, t, d
+    else:
+        within_dp = d >= ep
+        t_exp_dp, d_exp_dp = np.where(within_dp, t, 1), np.where(within_dp, d // ep, d * t // ep)
+    if np.ndim(expert_tp) == 0 and not expert_tp:
+        t_exp, d_exp = t_exp_dp, d_exp_dp
+    else:
+        t_exp, d_exp = np.where(expert_tp, etp, t_exp_dp), np.where(expert_tp, d * t * cp // (etp * ep), d_exp_dp)
     return t_exp, np.maximum(d_exp, 1)
 
 
@@ -634,13 +679,15 @@ def _optimizer_ranks(d: Any, os: Any, op: bool) -> np.ndarray:
     if not op:
         return np.ones_like(d)
     stated = os != WHOLE_DP_GROUP
+    if np.ndim(os) == 0:
+        return np.where(d % os == 0, os, d) if stated else d
     divides = d % np.where(stated, os, 1) == 0  # the 1 only keeps the modulo defined where os is unset
     return np.where(stated & divides, os, d)
 
 
 def _sequence_split(t: Any, sp: bool) -> np.ndarray:
     """``sp``: the TP degree with sequence parallelism (activations split over the TP group), else 1."""
-    return np.where(sp, t, 1)
+    return t if sp else np.ones_like(t)
 
 
 def _comm_switches(t: Any, ep: Any, cp: Any, n_exp: int) -> tuple[Any, Any, Any]:
@@ -648,11 +695,22 @@ def _comm_switches(t: Any, ep: Any, cp: Any, n_exp: int) -> tuple[Any, Any, Any]
     return t > 1, (ep > 1) | (n_exp > 1), cp > 1
 
 
-def _dp_comm_levels(d: Any, d_exp: Any, op: bool, grad_shard: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(comm_d_non_exp, comm_d_exp): 0 without DP (the degree is 1) or without optimizer
-    sharding, else 3 with gradient sharding and 2 without."""
-    level = 3 if grad_shard else 2
-    return np.where((d == 1) | (not op), 0, level), np.where((d_exp == 1) | (not op), 0, level)
+def _dp_comm_level(degree: Any, op: bool, grad_shard: bool) -> np.ndarray:
+    """``comm_d_non_exp`` of DP degree ``d`` (``comm_d_exp`` of ``d_exp``): 0 without DP (the degree
+    is 1) or without optimizer sharding, else 3 with gradient sharding and 2 without."""
+    if not op:
+        return np.zeros_like(degree)
+    return (degree != 1) * (3 if grad_shard else 2)
+
+
+def dp_comm_level_values(batch: LayoutBatch) -> tuple[int, ...]:
+    """The values ``comm_d_non_exp`` and ``comm_d_exp`` can take in *batch*, ascending.
+
+    The rule (:func:`_dp_comm_level`) run on a DP degree of 1 and one of 2: 0, and the level
+    the batch's shared ``op`` and ``grad_shard`` give (3 with gradient sharding, 2 without);
+    only 0 without optimizer sharding.
+    """
+    return tuple(sorted({int(v) for v in np.ravel(_dp_comm_level(np.array([1, 2]), batch.op, batch.grad_shard))}))
 
 
 def _optimizer_shards(ranks: Any, t: Any, cp: Any, t_exp: Any, d_exp: Any, n_exp: int,
@@ -670,23 +728,88 @@ def _embedding_shards(ranks: Any, t: Any, p: Any) -> tuple[np.ndarray, Any]:
     return np.where(p == 1, ranks, ranks * t), ranks
 
 
-def _layout_fields(model: ModelConfig, batch: LayoutBatch) -> dict[str, Any]:
-    """The config fields that follow from the layout keys, as int or bool arrays over the batch."""
-    d, t, p, cp, ep, etp = batch.d, batch.t, batch.p, batch.cp, batch.ep, batch.etp
-    t_exp, d_exp = _expert_degrees(d, t, cp, ep, etp)
-    ranks = _optimizer_ranks(d, batch.os, batch.op)
-    comm_t, comm_ep, comm_cp = _comm_switches(t, ep, cp, model.n_exp)
-    comm_d_non_exp, comm_d_exp = _dp_comm_levels(d, d_exp, batch.op, batch.grad_shard)
-    non_exp_partial, exp_shard, exp_partial = _optimizer_shards(ranks, t, cp, t_exp, d_exp, model.n_exp, batch.op)
-    shard_embed, gather_embed = _embedding_shards(ranks, t, p)
-    return {
-        "b": batch.b, "m": batch.m, "d": d, "t": t, "p": p, "cp": cp, "ep": ep, "vp": batch.vp, "etp": etp,
-        "t_exp": t_exp, "d_exp": d_exp, "sp": _sequence_split(t, batch.sp), "os_max_shard": ranks,
-        "comm_t": comm_t, "comm_ep": comm_ep, "comm_cp": comm_cp,
-        "comm_d_non_exp": comm_d_non_exp, "comm_d_exp": comm_d_exp,
-        "shard_p_os_non_exp_partial": non_exp_partial, "shard_p_os_exp": exp_shard,
-        "shard_p_os_exp_partial": exp_partial, "shard_embed": shard_embed, "gather_embed": gather_embed,
-    }
+#: The fields :func:`derive_fields_batch` derives from the layout keys, one value per layout.
+LAYOUT_FIELD_NAMES = (
+    "b", "m", "d", "t", "p", "cp", "ep", "vp", "etp", "t_exp", "d_exp", "sp", "os_max_shard",
+    "comm_t", "comm_ep", "comm_cp", "comm_d_non_exp", "comm_d_exp",
+    "shard_p_os_non_exp_partial", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_embed", "gather_embed",
+)
+
+
+def _key_columns(batch: LayoutBatch, compact: bool) -> dict[str, Any]:
+    """The batch's integer keys by name; with *compact*, a key every layout shares is one value.
+
+    A key shares one value when its column is a broadcast (stride 0): what
+    :meth:`LayoutBatch.from_arrays` makes of a key given as one number or left to the defaults.
+    The value is a NumPy integer, so that ``~``, ``&`` and ``|`` on the rules' comparisons stay
+    logical, as on arrays.
+    """
+    columns: dict[str, Any] = {}
+    for name in _ARRAY_KEYS:
+        column = getattr(batch, name)
+        columns[name] = column[0] if compact and len(column) and column.strides == (0,) else column
+    return columns
+
+
+class _Derivation:
+    """The layout keys of one batch and the rule groups computed from them so far (each at most once)."""
+
+    __slots__ = ("model", "batch", "keys", "groups")
+
+    def __init__(self, model: ModelConfig, batch: LayoutBatch, compact: bool):
+        self.model, self.batch = model, batch
+        self.keys = _key_columns(batch, compact)
+        self.groups: dict[str, Any] = {}
+
+    def group(self, name: str) -> Any:
+        if name not in self.groups:
+            self.groups[name] = _RULE_GROUPS[name](self)
+        return self.groups[name]
+
+
+# Rules that give several fields at once, by group name; each reads keys and earlier groups.
+_RULE_GROUPS: dict[str, Callable[[_Derivation], Any]] = {
+    "experts": lambda x: _expert_degrees(x.keys["d"], x.keys["t"], x.keys["cp"], x.keys["ep"], x.keys["etp"]),
+    "ranks": lambda x: _optimizer_ranks(x.keys["d"], x.keys["os"], x.batch.op),
+    "switches": lambda x: _comm_switches(x.keys["t"], x.keys["ep"], x.keys["cp"], x.model.n_exp),
+    "shards": lambda x: _optimizer_shards(x.group("ranks"), x.keys["t"], x.keys["cp"], *x.group("experts"),
+                                          x.model.n_exp, x.batch.op),
+}
+
+# Each layout field from the keys and the rule groups.
+_FIELD_RULES: dict[str, Callable[[_Derivation], Any]] = {
+    **{key: (lambda x, key=key: x.keys[key]) for key in ("b", "m", "d", "t", "p", "cp", "ep", "vp", "etp")},
+    "t_exp": lambda x: x.group("experts")[0],
+    "d_exp": lambda x: x.group("experts")[1],
+    "sp": lambda x: _sequence_split(x.keys["t"], x.batch.sp),
+    "os_max_shard": lambda x: x.group("ranks"),
+    "comm_t": lambda x: x.group("switches")[0],
+    "comm_ep": lambda x: x.group("switches")[1],
+    "comm_cp": lambda x: x.group("switches")[2],
+    "comm_d_non_exp": lambda x: _dp_comm_level(x.keys["d"], x.batch.op, x.batch.grad_shard),
+    "comm_d_exp": lambda x: _dp_comm_level(x.group("experts")[1], x.batch.op, x.batch.grad_shard),
+    "shard_p_os_non_exp_partial": lambda x: x.group("shards")[0],
+    "shard_p_os_exp": lambda x: x.group("shards")[1],
+    "shard_p_os_exp_partial": lambda x: x.group("shards")[2],
+    "shard_embed": lambda x: _embedding_shards(x.group("ranks"), x.keys["t"], x.keys["p"])[0],
+    "gather_embed": lambda x: x.group("ranks"),
+}
+assert tuple(_FIELD_RULES) == LAYOUT_FIELD_NAMES
+
+
+def _layout_fields(model: ModelConfig, batch: LayoutBatch, names: Sequence[str] | None = None, *,
+                   compact: bool = False) -> dict[str, Any]:
+    """The config fields that follow from the layout keys, as int or bool arrays over the batch.
+
+    Args:
+        names: the fields wanted (others are not computed); ``None``: all of
+            :data:`LAYOUT_FIELD_NAMES`. Names that are no layout field are skipped.
+        compact: keys every layout shares are one value (:func:`_key_columns`), and so is each
+            field that follows from such keys alone.
+    """
+    derivation = _Derivation(model, batch, compact)
+    wanted = LAYOUT_FIELD_NAMES if names is None else [name for name in names if name in _FIELD_RULES]
+    return {name: _FIELD_RULES[name](derivation) for name in wanted}
 
 
 def _shared_fields(batch: LayoutBatch, network: System | None) -> dict[str, Any]:
@@ -716,15 +839,25 @@ def _float_column(value: Any, length: int) -> np.ndarray:
     return array.astype(np.float64) if array.shape == (length,) else np.full(length, array, dtype=np.float64)
 
 
-def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None) -> dict[str, Any]:
-    """Every field of :func:`derive_fields_batch`, without validating the batch."""
+def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
+                names: Sequence[str] | None = None, *, compact: bool = False) -> dict[str, Any]:
+    """The fields of :func:`derive_fields_batch` (all, or *names*), without validating the batch."""
     out: dict[str, Any] = model.fields()
     if batch.s is not None:
         out["s"] = float(batch.s)
-    for name, value in _layout_fields(model, batch).items():
-        out[name] = _float_column(value, len(batch))
-    out.update(_shared_fields(batch, network))
-    return out
+    shared = _shared_fields(batch, network)
+    if names is not None:
+        unknown = sorted(set(names) - set(out) - set(shared) - set(LAYOUT_FIELD_NAMES))
+        if unknown:
+            known = sorted(set(out) | set(shared) | set(LAYOUT_FIELD_NAMES))
+            raise ValueError(f"names: no such field {', '.join(map(repr, unknown))}; the fields are {', '.join(known)}")
+    n = len(batch)
+    for name, value in _layout_fields(model, batch, names, compact=compact).items():
+        out[name] = float(value) if compact and np.ndim(value) == 0 else _float_column(value, n)
+    out.update(shared)
+    if names is None:
+        return out
+    return {name: out[name] for name in names}
 
 
 # --------------------------------------------------------------------------- pipeline split
@@ -841,66 +974,88 @@ def _succeeds(compute: Any) -> bool:
     return True
 
 
-def _constraint_masks(model: ModelConfig, batch: LayoutBatch, devices: int | None) -> dict[str, Any]:
-    """Per constraint of :data:`LAYOUT_CONSTRAINTS`, where the batch breaks it (a bool or bool array).
+def _constraint_rules(model: ModelConfig, batch: LayoutBatch,
+                      devices: int | None) -> list[tuple[str, tuple[str, ...], Callable[..., Any]]]:
+    """The constraints of :data:`LAYOUT_CONSTRAINTS` that apply, in order, as ``(name, keys read, rule)``.
 
-    A constraint is only meaningful where the earlier ones hold (as :func:`validate`'s
-    checks run in order); elsewhere its mask may say anything, but never fails to compute.
+    ``rule(*keys)`` takes the keys it reads (whole numbers or arrays, broadcast together) and
+    says where they break the constraint (a bool or bool array). It is elementwise: a
+    layout's answer depends on its own keys only, so it may be evaluated on a table of key
+    values instead of the layouts (:func:`layout_violations`). A constraint is only
+    meaningful where the earlier ones hold (as :func:`validate`'s checks run in order);
+    elsewhere its rule may say anything, but never fails to compute.
     """
-    d, t, p, cp, ep, vp, etp = batch.d, batch.t, batch.p, batch.cp, batch.ep, batch.vp, batch.etp
     s = batch.s or model.s
-    broken: dict[str, Any] = {}
+    total = model.n_lay + model.n_mtp
+    rules: list[tuple[str, tuple[str, ...], Callable[..., Any]]] = []
     if devices is not None:
-        broken["devices"] = d * t * cp * p != devices
-    broken["heads"] = model.a % t != 0
+        rules.append(("devices", ("d", "t", "cp", "p"), lambda d, t, cp, p: d * t * cp * p != devices))
+    rules.append(("heads", ("t",), lambda t: model.a % t != 0))
     if model.dc_kv == 0:
         kv = model.n_kv
-        broken["kv_heads"] = np.where(kv >= t, kv % t != 0, t % kv != 0)
-    broken["sequence"] = s % cp != 0
+        rules.append(("kv_heads", ("t",), lambda t: np.where(kv >= t, kv % t != 0, t % kv != 0)))
+    rules.append(("sequence", ("cp",), lambda cp: s % cp != 0))
     if batch.cp_algo == "ulysses_cp":
-        broken["ulysses_heads"] = (model.a // t) % cp != 0
-    broken["virtual_pipeline"] = (vp > 1) & (p == 1)
+        rules.append(("ulysses_heads", ("t", "cp"), lambda t, cp: (model.a // t) % cp != 0))
+    rules.append(("virtual_pipeline", ("p", "vp"), lambda p, vp: (vp > 1) & (p == 1)))
 
-    offset_applies, list_applies = batch.stage_lists_apply(p, vp)
-    total = model.n_lay + model.n_mtp
-    broken["pipeline_split"] = _even_split_leaves_empty(total, p, vp)
-    if batch.offset is not None:
+    def pipeline_split(p: Any, vp: Any) -> Any:
+        broken = _even_split_leaves_empty(total, p, vp)
+        if batch.offset is None:
+            return broken
+        offset_applies, _ = batch.stage_lists_apply(p, vp)
         shape = _offset_pipeline(batch.offset)
         offset_fits = (p == shape[0]) & (vp == shape[1]) & \
             (shape[0] >= 1 and _succeeds(lambda: _slot_layers(model, *shape, batch.offset)))
-        broken["pipeline_split"] = np.where(offset_applies, np.logical_not(offset_fits), broken["pipeline_split"])
+        return np.where(offset_applies, np.logical_not(offset_fits), broken)
+
+    rules.append(("pipeline_split", ("p", "vp"), pipeline_split))
 
     if model.n_exp <= 1:
-        broken["dense_ep"] = ep != 1
+        rules.append(("dense_ep", ("ep",), lambda ep: ep != 1))
     else:
-        broken["experts"] = model.n_exp % ep != 0
-        broken["ep_within_dp_tp"] = ep > d * t
-        expert_tp = etp > 1
-        broken["expert_dp_with_etp"] = expert_tp & ((d * t * cp) % (etp * ep) != 0)
-        broken["ep_divides_d"] = ~expert_tp & (ep <= d) & (d % ep != 0)
-        broken["ep_divides_dt"] = ~expert_tp & (ep > d) & ((d * t) % ep != 0)
-        t_exp, _ = _expert_degrees(d, t, cp, ep, etp)
-        broken["expert_width"] = model.hff_exp % t_exp != 0
-    stated = batch.os != WHOLE_DP_GROUP
-    broken["optimizer_shard"] = stated & (d % np.where(stated, batch.os, 1) != 0)
+        rules += [
+            ("experts", ("ep",), lambda ep: model.n_exp % ep != 0),
+            ("ep_within_dp_tp", ("ep", "d", "t"), lambda ep, d, t: ep > d * t),
+            ("expert_dp_with_etp", ("etp", "d", "t", "cp", "ep"),
+             lambda etp, d, t, cp, ep: (etp > 1) & ((d * t * cp) % (etp * ep) != 0)),
+            ("ep_divides_d", ("etp", "ep", "d"), lambda etp, ep, d: ~(etp > 1) & (ep <= d) & (d % ep != 0)),
+            ("ep_divides_dt", ("etp", "ep", "d", "t"),
+             lambda etp, ep, d, t: ~(etp > 1) & (ep > d) & ((d * t) % ep != 0)),
+            ("expert_width", ("d", "t", "cp", "ep", "etp"),
+             lambda d, t, cp, ep, etp: model.hff_exp % _expert_degrees(d, t, cp, ep, etp)[0] != 0),
+        ]
+    rules.append(("optimizer_shard", ("d", "os"),
+                  lambda d, os: (os != WHOLE_DP_GROUP) & (d % np.where(os != WHOLE_DP_GROUP, os, 1) != 0)))
 
     plan = batch.recompute
     if plan.full_per_stage is not None:
         stages = len(plan.full_per_stage)
-        broken["recompute_list_length"] = list_applies & (p != stages)
-        # The list's own pipeline depth fixes p; the stage sizes then vary only with vp.
-        listed = np.broadcast_to(list_applies & (p == stages), p.shape)
-        too_many = np.zeros(p.shape, dtype=bool)
-        for chunks in np.unique(vp[listed]).tolist():
-            with_offset, _ = batch.stage_lists_apply(stages, chunks)
-            try:
-                slots = _slot_layers(model, stages, chunks, batch.offset if with_offset else None)
-            except LayoutError:
-                continue  # pipeline_split rejects these layouts first
-            if _recompute_list_error(plan, stages, slots.sum(axis=1).tolist()) is not None:
-                too_many |= listed & (vp == chunks)
-        broken["recompute_list_layers"] = too_many
-    return broken
+
+        def list_length(p: Any, vp: Any) -> Any:
+            return batch.stage_lists_apply(p, vp)[1] & (p != stages)
+
+        def list_layers(p: Any, vp: Any) -> Any:
+            # The list's own pipeline depth fixes p; the stage sizes then vary only with vp.
+            listed = batch.stage_lists_apply(p, vp)[1] & (p == stages)
+            if np.ndim(vp):
+                chunk_values = np.unique(vp[listed]).tolist()  # a single True or False picks all or none
+            else:
+                chunk_values = [int(vp)] if np.any(listed) else []
+            too_many: Any = False
+            for chunks in chunk_values:
+                with_offset, _ = batch.stage_lists_apply(stages, chunks)
+                try:
+                    slots = _slot_layers(model, stages, chunks, batch.offset if with_offset else None)
+                except LayoutError:
+                    continue  # pipeline_split rejects these layouts first
+                if _recompute_list_error(plan, stages, slots.sum(axis=1).tolist()) is not None:
+                    too_many = too_many | (listed & (vp == chunks))
+            return too_many
+
+        rules += [("recompute_list_length", ("p", "vp"), list_length),
+                  ("recompute_list_layers", ("p", "vp"), list_layers)]
+    return rules
 
 
 def _violation_message(model: ModelConfig, layout: Layout, devices: int | None, constraint: str) -> str:
@@ -955,27 +1110,143 @@ def _violation_message(model: ModelConfig, layout: Layout, devices: int | None, 
     raise AssertionError(f"layout {layout} breaks no constraint {constraint!r}")  # pragma: no cover
 
 
+_CONSTRAINT_CODES = {name: code for code, name in enumerate(LAYOUT_CONSTRAINTS)}
+
+#: Largest table of key values :func:`layout_violations` evaluates the rules on, instead of the layouts.
+_RULE_TABLE_LIMIT = 1 << 16
+
+#: The first broken constraint of a layout that breaks none, as uint16: -1 once viewed as int16.
+_NO_VIOLATION = np.uint16(0xFFFF)
+
+
+def _key_grid(keys: Mapping[str, Any], varying: Sequence[str], tops: Sequence[int]) -> dict[str, Any]:
+    """*keys* with each *varying* key replaced by its value in every combination of values ``0..top-1``.
+
+    The first key varies slowest, so that combination ``((v0·top1 + v1)·top2 + v2)…`` is entry
+    ``v0, v1, v2, …``. Keys are at least 1 (``os`` at least 0): a 0 stands in as 1, so that no
+    entry divides by it; no layout reads those entries.
+    """
+    grid = dict(keys)
+    for i, key in enumerate(varying):
+        values = np.arange(tops[i], dtype=np.int64)
+        if key != "os":
+            values[0] = 1
+        grid[key] = np.broadcast_to(values.reshape((-1,) + (1,) * (len(varying) - 1 - i)), tuple(tops)).ravel()
+    return grid
+
+
+#: Layouts per block of :func:`layout_violations`: its per-layout temporaries stay in cache.
+_VALIDATION_BLOCK = 1 << 16
+
+#: Batches shorter than this are checked rule by rule over their layouts (no table pays off).
+_SMALL_BATCH = 1 << 10
+
+#: Tables of first broken constraints already built, by model, run settings, device count, keys
+#: and their ranges: a searcher checking its layouts block by block builds each once.
+_RULE_TABLES: dict[tuple[Any, ...], np.ndarray] = {}
+_RULE_TABLES_KEPT = 256
+
+
+def _rule_table(model: ModelConfig, batch: LayoutBatch, devices: int | None, keys: Mapping[str, Any],
+                varying: tuple[str, ...], tops: list[int],
+                members: Sequence[tuple[int, tuple[str, ...], Callable[..., Any]]]) -> np.ndarray:
+    """The first constraint of *members* broken at each combination of the *varying* keys' values (cached)."""
+    settings = tuple(getattr(batch, name) for name in _SHARED_KEYS) + (batch.offset_pipeline, batch.recompute_pipeline)
+    shared = tuple((key, int(value)) for key, value in keys.items() if np.ndim(value) == 0)
+    cache_key = (model, settings, devices, shared, varying, tuple(tops))
+    table = _RULE_TABLES.get(cache_key)
+    if table is None:
+        grid = _key_grid(keys, varying, tops)
+        size = len(next(iter(grid[key] for key in varying)))
+        table = np.full(size, _NO_VIOLATION)
+        for code, reads, rule in reversed(members):  # the earliest broken constraint is written last
+            table[np.broadcast_to(rule(*(grid[key] for key in reads)), (size,))] = code
+        if len(_RULE_TABLES) >= _RULE_TABLES_KEPT:
+            _RULE_TABLES.clear()
+        _RULE_TABLES[cache_key] = table
+    return table
+
+
 def layout_violations(model: ModelConfig, batch: LayoutBatch, devices: int | None = None) -> np.ndarray:
     """Per layout, the first constraint it breaks: an index into :data:`LAYOUT_CONSTRAINTS`, or -1.
 
-    The constraints are :func:`validate`'s, checked in its order over the whole batch at once.
+    The constraints are :func:`validate`'s, checked in its order over the whole batch at once
+    (:func:`_violation_blocks` block by block; a short batch, such as the one layout of
+    :func:`validate`, runs every rule over its layouts at once).
 
     Raises:
         LayoutError: for a device count that is not a whole number >= 1.
     """
     _check_devices(devices)
-    broken = _constraint_masks(model, batch, devices)
-    first = np.full(len(batch), -1, dtype=np.int16)
-    for code in reversed(range(len(LAYOUT_CONSTRAINTS))):  # the earliest broken constraint is written last
-        mask = broken.get(LAYOUT_CONSTRAINTS[code])
-        if mask is None:
-            continue
-        if np.ndim(mask) == 0:  # a constraint the model or the run settings alone decide
+    n = len(batch)
+    if n >= _SMALL_BATCH:
+        first = np.empty(n, dtype=np.int16)
+        for rows, codes in _violation_blocks(model, batch, devices, block=_VALIDATION_BLOCK):
+            first[rows] = codes
+        return first
+    keys = _key_columns(batch, compact=False)
+    first = np.full(n, -1, dtype=np.int16)
+    for name, reads, rule in reversed(_constraint_rules(model, batch, devices)):  # the earliest is written last
+        mask = rule(*[keys[key] for key in reads])
+        if np.ndim(mask) == 0:
             if mask:
-                first[:] = code
+                first[:] = _CONSTRAINT_CODES[name]
         else:
-            first[mask] = code
+            first[mask] = _CONSTRAINT_CODES[name]
     return first
+
+
+def _violation_blocks(model: ModelConfig, batch: LayoutBatch, devices: int | None = None, *,
+                            block: int = _VALIDATION_BLOCK) -> Iterator[tuple[slice, np.ndarray]]:
+    """:func:`layout_violations` of consecutive blocks of *block* layouts: ``(rows, codes)`` per block.
+
+    Each block's keys are read once, and its temporaries stay in cache.
+
+    How: keys every layout shares (:func:`_key_columns`) are single values, and the rules
+    (:func:`_constraint_rules`) that read the same varying keys form a group. When those
+    keys' values in a block span a small table (their ranges multiplied: at most
+    ``_RULE_TABLE_LIMIT`` entries and half the block), the group's rules run once per entry
+    (the table is kept for later blocks and batches of the same model and settings) and each
+    layout looks its answer up — one gather instead of integer divisions per rule and layout,
+    and exact, because each rule is elementwise. Otherwise the rules run over the layouts.
+
+    Raises:
+        LayoutError: for a device count that is not a whole number >= 1, or a block below 1.
+    """
+    _check_devices(devices)
+    _positive_int("block", block)
+    keys = _key_columns(batch, compact=True)
+    groups: dict[tuple[str, ...], list[tuple[int, tuple[str, ...], Callable[..., Any]]]] = {}
+    for name, reads, rule in _constraint_rules(model, batch, devices):
+        varying = tuple(key for key in _ARRAY_KEYS if key in reads and np.ndim(keys[key]))
+        groups.setdefault(varying, []).append((_CONSTRAINT_CODES[name], reads, rule))
+    constant = _NO_VIOLATION  # the first broken constraint the shared values decide alone
+    for code, reads, rule in groups.pop((), []):
+        if rule(*(keys[key] for key in reads)):
+            constant = np.uint16(code)
+            break
+    tables: dict[tuple[Any, ...], np.ndarray] = {}
+    n = len(batch)
+    for start in range(0, n, block):
+        rows = slice(start, min(start + block, n))
+        part = {key: value[rows] if np.ndim(value) else value for key, value in keys.items()}
+        out = np.full(rows.stop - rows.start, constant)
+        for varying, members in groups.items():
+            tops = [int(part[key].max()) + 1 for key in varying]
+            if int(np.prod(tops)) <= min(_RULE_TABLE_LIMIT, len(out) // 2):
+                table = tables.get((varying, *tops))
+                if table is None:
+                    table = tables[(varying, *tops)] = _rule_table(model, batch, devices, keys, varying, tops, members)
+                index = part[varying[0]]
+                for top, key in zip(tops[1:], varying[1:]):
+                    index = index * top + part[key]
+                np.minimum(out, np.take(table, index, mode="clip"), out=out)  # in range: the table spans the maxima
+            else:
+                codes = np.full(len(out), _NO_VIOLATION)
+                for code, reads, rule in reversed(members):  # the earliest broken constraint is written last
+                    codes[np.broadcast_to(rule(*(part[key] for key in reads)), codes.shape)] = code
+                np.minimum(out, codes, out=out)
+        yield rows, out.view(np.int16)
 
 
 def validate_batch(model: ModelConfig, batch: LayoutBatch, devices: int | None = None) -> np.ndarray:
@@ -1079,31 +1350,44 @@ def derive_fields(model: ModelConfig, layout: Layout, *, network: System | None 
     return {name: float(value[0]) if isinstance(value, np.ndarray) else value for name, value in fields_.items()}
 
 
-def derive_fields_batch(model: ModelConfig, batch: LayoutBatch, *,
-                        network: System | None = None) -> dict[str, Any]:
+def derive_fields_batch(model: ModelConfig, batch: LayoutBatch, *, network: System | None = None,
+                        names: Sequence[str] | None = None, validated: bool = False,
+                        compact: bool = False) -> dict[str, Any]:
     """Every field :func:`derive_fields` gives, for all layouts of *batch* at once.
 
     Fields that follow from the layout keys (``d, t, …, t_exp, d_exp, sp, os_max_shard,
-    comm_*`` switches and levels, ``shard_*``, ``gather_embed``) are float64 arrays of length
-    N, one value per layout, even where a run setting makes them constant; the model's
-    fields, ``s`` and the fields the run settings fix (overlaps, ``grad_shard_as_params``,
-    ``reshards``, ``rec_op``, ``cp_algo``, the CP network, …) are plain values as in
-    :func:`derive_fields`. ``derive_fields_batch(model, batch)[k][i]`` equals
-    ``derive_fields(model, batch.layout(i))[k]``.
+    comm_*`` switches and levels, ``shard_*``, ``gather_embed``: :data:`LAYOUT_FIELD_NAMES`)
+    are float64 arrays of length N, one value per layout, even where a run setting makes them
+    constant; the model's fields, ``s`` and the fields the run settings fix (overlaps,
+    ``grad_shard_as_params``, ``reshards``, ``rec_op``, ``cp_algo``, the CP network, …) are
+    plain values as in :func:`derive_fields`. ``derive_fields_batch(model, batch)[k][i]``
+    equals ``derive_fields(model, batch.layout(i))[k]``.
+
+    Args:
+        network: as :func:`derive_fields`.
+        names: only these fields, in this order (the others are not computed); ``None``: all.
+        validated: the caller has already kept only the layouts :func:`validate_batch` accepts,
+            so the constraints are not checked again. The fields of a layout that breaks one
+            are then unspecified (they follow the rules' floors and clamps).
+        compact: a layout field that is the same for every layout because each key it follows
+            from is (a key :meth:`LayoutBatch.from_arrays` got as one number or took from the
+            defaults: a stride-0 column) is one float instead of an array.
 
     Raises:
         LayoutError: when a layout breaks a constraint of :func:`validate`, naming the first
             such layout, its index and the constraint (filter with :func:`validate_batch`).
+        ValueError: for a name in *names* that is no field.
     """
-    codes = layout_violations(model, batch)
-    invalid = np.flatnonzero(codes >= 0)
-    if invalid.size:
-        index = int(invalid[0])
-        layout = batch.layout(index)
-        message = _violation_message(model, layout, None, LAYOUT_CONSTRAINTS[codes[index]])
-        raise LayoutError(f"layout {index} of the batch ({layout}): {message}; {invalid.size} of {len(batch)} "
-                          f"layouts are invalid (validate_batch gives the mask)")
-    return _all_fields(model, batch, network)
+    if not validated:
+        codes = layout_violations(model, batch)
+        if len(codes) and codes.max() >= 0:  # one reduction over valid batches, the usual case
+            invalid = np.flatnonzero(codes >= 0)
+            index = int(invalid[0])
+            layout = batch.layout(index)
+            message = _violation_message(model, layout, None, LAYOUT_CONSTRAINTS[codes[index]])
+            raise LayoutError(f"layout {index} of the batch ({layout}): {message}; {invalid.size} of {len(batch)} "
+                              f"layouts are invalid (validate_batch gives the mask)")
+    return _all_fields(model, batch, network, names, compact=compact)
 
 
 # --------------------------------------------------------------------------- stages
