@@ -10,8 +10,10 @@ layouts the pricer
    (``derive_fields_batch(compact=True)`` on one layout says which fields are
    one value for the whole batch);
 2. specialises the coefficients to those shared values: each is substituted
-   into the SymPy expressions exactly (as the rational the float is), so that
-   the branches they decide and the zero terms drop out; the ZeRO levels,
+   into the stage formulas (``symbolic.model.stage_formulas``) exactly (as the
+   rational the float is), so that the branches they decide and the zero
+   terms drop out, and the per-layer coefficients are the derivatives of the
+   small specialised expressions by the layer counts; the ZeRO levels,
    which vary with ``d``, select their expression through exact 0/1
    indicator polynomials of ``comm_d_non_exp`` / ``comm_d_exp``; coefficients
    that every stage weighs alike (by the same layer counts) are added into
@@ -23,9 +25,9 @@ layouts the pricer
    forms the stages from small tables over the pipeline shapes ``(p, vp)``:
    the weight of each sum in each kind of stage, gathered by each layout's
    pipeline. The sum over the stages weighs each sum by its layer counts over
-   all stages; the bottleneck is the stage whose weights are all at least any
-   other stage's (every pipeline of a model has one in practice) when the
-   sums are not negative, else the maximum over the kinds of stages.
+   all stages; the bottleneck is the largest of the stages that no other stage
+   of the pipeline outweighs in every sum (often the first stage alone), when
+   the sums are not negative, else the largest of every kind of stage.
 
 Steps 1-2 cost SymPy and compile time the first time a set of shared values
 is seen and are cached; a search calling the pricer again pays the check,
@@ -170,6 +172,29 @@ def _prune_pieces(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(lambda e: isinstance(e, sympy.Piecewise), prune)
 
 
+def _per_layer(expr: sympy.Expr, name: str) -> dict[str, sympy.Expr]:
+    """``symbolic.model.stage_coefficients`` of one stage output, from its specialised expression.
+
+    The cost one layer of each kind adds, ``∂output/∂count`` (nonzero ones only). The shared
+    values are substituted first, so that SymPy differentiates the small specialised expression,
+    not the general one (the same exact result: the values do not involve the counts).
+
+    Raises:
+        ValueError: if the output is not linear in the counts with no constant term (a bug in the assembly).
+    """
+    if expr.subs({c: 0 for c in stage_model.COUNT_SYMBOLS}) != 0:
+        raise ValueError(f"stage {name}: not zero for an empty stage; the count expansion does not hold")
+    out: dict[str, sympy.Expr] = {}
+    for count in stage_model.COUNT_SYMBOLS:
+        coefficient = sympy.diff(expr, count)
+        if coefficient == 0:
+            continue
+        if coefficient.free_symbols & set(stage_model.COUNT_SYMBOLS):
+            raise ValueError(f"stage {name}: not linear in {count.name}")
+        out[count.name] = coefficient
+    return out
+
+
 @dataclass(frozen=True)
 class _Coefficients:
     """The stage coefficients of the layouts that share one set of values, specialised to them.
@@ -248,29 +273,34 @@ def _sums(coefficients: _Coefficients, counts: tuple[str, ...]) -> _Sums:
 
 
 @dataclass(frozen=True)
-class _StageTables:
-    """Per compiled sum, its weights in a layout's stages: each a number (the same for every pipeline
-    present) or a table over the pipeline index.
+class _Kinds:
+    """Kinds of stages to take the largest of: per kind, per compiled sum, its weight (a number, the same
+    for every pipeline, or a table over the pipeline index).
 
     Attributes:
-        total: its weight summed over a layout's stages.
-        kinds: per distinct kind of stage, its weight (``None`` for the common sums).
-        common: its weight in every kind of stage, where that does not depend on the kind (else
-            ``None``): added once, outside the maximum.
-        dominant: the weights of a stage that weighs every sum at least as much as any other
-            stage of its pipeline (NaN for a pipeline without one). With sums that are not
-            negative, that stage is the bottleneck, and no maximum is needed.
+        kinds: per kind of stage, per sum, its weight (``None`` for a common sum).
+        common: per sum, its weight where it is the same in every kind (else ``None``): added once,
+            outside the maximum.
+    """
+
+    kinds: tuple[tuple[Any, ...], ...]
+    common: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class _StageTables:
+    """Per compiled sum, its weights in a layout's stages.
+
+    Attributes:
+        total: per sum, its weight summed over a layout's stages.
+        every: the distinct kinds of stages of each pipeline.
+        front: of each pipeline, the kinds no other of its kinds outweighs in every sum (often one:
+            the first stage). With sums that are not negative the bottleneck is one of them.
     """
 
     total: tuple[Any, ...]
-    kinds: tuple[tuple[Any, ...], ...]
-    common: tuple[Any, ...]
-    dominant: tuple[Any, ...]
-
-    @functools.cached_property
-    def dominant_has_gaps(self) -> bool:
-        """Whether some pipeline has no dominant stage (a NaN weight)."""
-        return any(np.isnan(w).any() for w in self.dominant)
+    every: _Kinds
+    front: _Kinds
 
 
 def _stage_rows(weights: np.ndarray) -> list[int]:
@@ -336,37 +366,40 @@ class _Pipelines:
         return table
 
 
+def _kinds(pipelines: _Pipelines, rows: Mapping[int, np.ndarray], sums: int) -> _Kinds:
+    """Kinds of stages from each pipeline's rows of weights (kinds × sums), lined up by position."""
+    depth = max(len(r) for r in rows.values())
+    # Pad each pipeline's kinds with its first (a repeated stage does not change the maximum).
+    padded = {i: np.concatenate([r, np.repeat(r[:1], depth - len(r), axis=0)]) for i, r in rows.items()}
+    kinds: list[list[dict[int, float]]] = []
+    for u in range(depth):
+        kind = [{i: float(padded[i][u, j]) for i in padded} for j in range(sums)]
+        if kind not in kinds:
+            kinds.append(kind)
+    common = [pipelines.table(kinds[0][j]) if len(kinds) > 1 and all(kind[j] == kinds[0][j] for kind in kinds)
+              else None for j in range(sums)]
+    return _Kinds(kinds=tuple(tuple(None if common[j] is not None else pipelines.table(kind[j]) for j in range(sums))
+                              for kind in kinds),
+                  common=tuple(common))
+
+
 def _weights(stage_counts: StageCounts, pipelines: _Pipelines, sums: _Sums) -> _StageTables:
-    """The weight of each sum in each distinct kind of stage and over all stages, per pipeline present."""
+    """The weight of each sum in each kind of stage and over all stages, per pipeline present."""
     usage = np.array(sums.usage, dtype=np.float64).T  # (counts, sums)
-    kinds_per_pipeline: dict[int, np.ndarray] = {}
+    every: dict[int, np.ndarray] = {}
+    front: dict[int, np.ndarray] = {}
     totals: dict[int, np.ndarray] = {}
-    dominant: dict[int, np.ndarray] = {}
     for i, (p, vp) in pipelines.present.items():
         counts = stage_counts(p, vp)
         matrix = np.stack([counts[c] for c in sums.counts], axis=1) @ usage  # (stages, sums)
-        rows = _stage_rows(matrix)
-        kinds_per_pipeline[i] = matrix[rows]
+        kinds = matrix[_stage_rows(matrix)]
+        every[i] = kinds
+        outweighed = [any((other >= row).all() and (other > row).any() for other in kinds) for row in kinds]
+        front[i] = kinds[[not o for o in outweighed]]
         totals[i] = matrix.sum(axis=0)
-        top = [row for row in matrix[rows] if (row >= matrix[rows]).all()]
-        dominant[i] = top[0] if top else np.full(len(sums.usage), np.nan)
-    depth = max(len(k) for k in kinds_per_pipeline.values())
-    # Pad each pipeline's kinds with its first (a repeated stage does not change the maximum).
-    padded = {i: np.concatenate([k, np.repeat(k[:1], depth - len(k), axis=0)]) for i, k in kinds_per_pipeline.items()}
-    kinds = []
-    for u in range(depth):
-        row = [{i: float(padded[i][u, j]) for i in padded} for j in range(len(sums.usage))]
-        if row not in kinds:
-            kinds.append(row)
-    sums_range = range(len(sums.usage))
-    common = [pipelines.table(kinds[0][j]) if len(kinds) > 1 and all(kind[j] == kinds[0][j] for kind in kinds)
-              else None for j in sums_range]
-    return _StageTables(
-        total=tuple(pipelines.table({i: float(totals[i][j]) for i in totals}) for j in sums_range),
-        kinds=tuple(tuple(None if common[j] is not None else pipelines.table(kind[j]) for j in sums_range)
-                    for kind in kinds),
-        common=tuple(common),
-        dominant=tuple(pipelines.table({i: float(row[j]) for i, row in dominant.items()}) for j in sums_range))
+    n = len(sums.usage)
+    return _StageTables(total=tuple(pipelines.table({i: float(totals[i][j]) for i in totals}) for j in range(n)),
+                        every=_kinds(pipelines, every, n), front=_kinds(pipelines, front, n))
 
 
 # ----------------------------------------------------------------- the pricer
@@ -497,11 +530,12 @@ class StagePricer:
             variant = variant_of(Fields({**row, **dict(zip(_LEVELS, pair))}), self.device)
             if variant.routing is not Routing.BALANCED:  # pragma: no cover - see above
                 raise NotImplementedError("StagePricer prices balanced expert routing only")
-            coefficients = stage_model.stage_coefficients(variant)
-            per_pair[pair] = {dim: {count: f.expr.xreplace({s: exact[s.name] for s in f.expr.free_symbols
-                                                              if s.name in exact})
-                                    for count, f in coefficients[name].items()}
-                              for dim, name in zip(_DIMS, self._names)}
+            formulas = stage_model.stage_formulas(variant)
+            per_pair[pair] = {}
+            for dim, name in zip(_DIMS, self._names):
+                expr = getattr(formulas, name).expr
+                per_pair[pair][dim] = _per_layer(expr.xreplace({s: exact[s.name] for s in expr.free_symbols
+                                                                if s.name in exact}), name)
         by_dim: dict[str, dict[str, sympy.Expr]] = {}
         for dim in _DIMS:
             by_dim[dim] = {}
@@ -629,15 +663,10 @@ def _combine(parts: Sequence[np.ndarray], tables: _StageTables, index: np.ndarra
     value = _weighted_sum(parts, per_layout(tables.total), total, scratch)
     if not isinstance(value, np.ndarray):
         total.fill(value)
-    if all(part.min() >= 0 for part in parts):
-        # Sums that are not negative: the dominant stage is the bottleneck (NaN where a pipeline has none).
-        stage: np.ndarray | float = _weighted_sum(parts, per_layout(tables.dominant), bottleneck, scratch)
-        if not isinstance(stage, np.ndarray):
-            bottleneck.fill(stage)
-        if not tables.dominant_has_gaps or not np.isnan(stage).any():
-            return
+    # With sums that are not negative, a stage another outweighs in every sum is never the bottleneck.
+    kinds = tables.front if all(part.min() >= 0 for part in parts) else tables.every
     started = False
-    for kind in tables.kinds:
+    for kind in kinds.kinds:
         stage = _weighted_sum(parts, per_layout(kind), current if started else bottleneck, scratch)
         if not started:
             if not isinstance(stage, np.ndarray):
@@ -645,7 +674,7 @@ def _combine(parts: Sequence[np.ndarray], tables: _StageTables, index: np.ndarra
             started = True
         else:
             np.maximum(bottleneck, stage, out=bottleneck)
-    common = _weighted_sum(parts, per_layout(tables.common), current, scratch)
+    common = _weighted_sum(parts, per_layout(kinds.common), current, scratch)
     if not started:
         bottleneck[...] = common
     elif isinstance(common, np.ndarray):

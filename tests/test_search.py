@@ -146,7 +146,7 @@ def test_blocks_and_shared_keys_do_not_change_the_prices(monkeypatch):
 
 
 def test_the_maximum_is_taken_when_sums_can_be_negative():
-    """The dominant-stage shortcut needs sums >= 0; otherwise every kind of stage is compared."""
+    """Leaving out outweighed stages needs sums >= 0; otherwise every kind of stage is compared."""
     model = load_model("qwen3-72b")
     batch = LayoutBatch.from_arrays(model.layout, d=np.array([1, 2, 4, 8]), p=np.array([1, 2, 3, 16]))
     pricer = StagePricer(model)
