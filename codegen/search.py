@@ -172,29 +172,6 @@ def _prune_pieces(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(lambda e: isinstance(e, sympy.Piecewise), prune)
 
 
-def _per_layer(expr: sympy.Expr, name: str) -> dict[str, sympy.Expr]:
-    """``symbolic.model.stage_coefficients`` of one stage output, from its specialised expression.
-
-    The cost one layer of each kind adds, ``∂output/∂count`` (nonzero ones only). The shared
-    values are substituted first, so that SymPy differentiates the small specialised expression,
-    not the general one (the same exact result: the values do not involve the counts).
-
-    Raises:
-        ValueError: if the output is not linear in the counts with no constant term (a bug in the assembly).
-    """
-    if expr.subs({c: 0 for c in stage_model.COUNT_SYMBOLS}) != 0:
-        raise ValueError(f"stage {name}: not zero for an empty stage; the count expansion does not hold")
-    out: dict[str, sympy.Expr] = {}
-    for count in stage_model.COUNT_SYMBOLS:
-        coefficient = sympy.diff(expr, count)
-        if coefficient == 0:
-            continue
-        if coefficient.free_symbols & set(stage_model.COUNT_SYMBOLS):
-            raise ValueError(f"stage {name}: not linear in {count.name}")
-        out[count.name] = coefficient
-    return out
-
-
 @dataclass(frozen=True)
 class _Coefficients:
     """The stage coefficients of the layouts that share one set of values, specialised to them.
@@ -534,8 +511,8 @@ class StagePricer:
             per_pair[pair] = {}
             for dim, name in zip(_DIMS, self._names):
                 expr = getattr(formulas, name).expr
-                per_pair[pair][dim] = _per_layer(expr.xreplace({s: exact[s.name] for s in expr.free_symbols
-                                                                if s.name in exact}), name)
+                shared = {s: exact[s.name] for s in expr.free_symbols if s.name in exact}
+                per_pair[pair][dim] = stage_model.per_layer_costs(expr.xreplace(shared), name)
         by_dim: dict[str, dict[str, sympy.Expr]] = {}
         for dim in _DIMS:
             by_dim[dim] = {}

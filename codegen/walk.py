@@ -5,7 +5,7 @@ benchmarked against: it visits every layer of every stage and adds the
 per-layer volumes one call at a time, exactly as ``estimate_from_mem_comm``
 does (FORMULAS.md §8; printout lines 549-712), but through the project's
 per-layer adapters. It is slow by design — one layout at a time, hundreds of
-calls per layout — and is used only by tests and ``bench/model.py``.
+calls per layout — and is used only by the tests.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from .formula import Formula
 from .symbols import syms
 from .tp import LayerType
 
-__all__ = ["StageVariant", "StageFormulas", "stage_formulas", "OUTPUTS"]
+__all__ = ["StageVariant", "StageFormulas", "stage_formulas", "stage_coefficients", "per_layer_costs", "OUTPUTS"]
 
 (n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec, n_sel_rec) = syms(
     "n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
@@ -247,6 +247,27 @@ PRICED_OUTPUTS = ("dp", "tp", "ep", "cp", "total", "tp_recomputed", "ep_recomput
                   "total_recomputed")
 
 
+def per_layer_costs(expr: sympy.Expr, name: str) -> dict[str, sympy.Expr]:
+    """``∂expr/∂count`` for each count symbol with a nonzero one: the cost one layer of that kind adds.
+
+    Exact because a stage output is linear in the counts with no constant term; that is checked.
+
+    Raises:
+        ValueError: naming *name* if *expr* is not zero for an empty stage or not linear in a count.
+    """
+    if expr.subs({c: 0 for c in COUNT_SYMBOLS}) != 0:
+        raise ValueError(f"{name}: not zero for an empty stage; the count expansion does not hold")
+    out: dict[str, sympy.Expr] = {}
+    for count in COUNT_SYMBOLS:
+        coeff = sympy.diff(expr, count)
+        if coeff == 0:
+            continue
+        if coeff.free_symbols & set(COUNT_SYMBOLS):
+            raise ValueError(f"{name}: not linear in {count.name}")
+        out[count.name] = coeff
+    return out
+
+
 @functools.cache
 def stage_coefficients(variant: StageVariant) -> dict[str, dict[str, Formula]]:
     """The cost of one layer of each kind in a stage: ``∂output/∂count``, per priced output.
@@ -265,23 +286,15 @@ def stage_coefficients(variant: StageVariant) -> dict[str, dict[str, Formula]]:
         ValueError: if an output is not linear in the counts (a bug in the assembly).
     """
     formulas = stage_formulas(variant)
-    zero = {c: 0 for c in COUNT_SYMBOLS}
     out: dict[str, dict[str, Formula]] = {}
     for name in PRICED_OUTPUTS:
         f = getattr(formulas, name)
-        if f.expr.subs(zero) != 0:
-            raise ValueError(f"{f.name}: not zero for an empty stage; the count expansion does not hold")
         coefficients: dict[str, Formula] = {}
-        for count in COUNT_SYMBOLS:
-            coeff = sympy.diff(f.expr, count)
-            if coeff == 0:
-                continue
-            if coeff.free_symbols & set(COUNT_SYMBOLS):
-                raise ValueError(f"{f.name}: not linear in {count.name}")
-            coefficients[count.name] = Formula(
-                name=f"{f.name}_per_{count.name.removeprefix('n_')}", expr=coeff, dimension=f.dimension,
+        for count, coeff in per_layer_costs(f.expr, f.name).items():
+            coefficients[count] = Formula(
+                name=f"{f.name}_per_{count.removeprefix('n_')}", expr=coeff, dimension=f.dimension,
                 algorithm=f.algorithm, unit=f.unit,
-                doc=f"{f.name} per layer counted by {count.name}: the cost one such layer adds to its stage.",
+                doc=f"{f.name} per layer counted by {count}: the cost one such layer adds to its stage.",
                 source=f.source)
         out[name] = coefficients
     return out
