@@ -24,7 +24,8 @@ from symbolic import score as score_formulas
 from .inputs import InputError, check_inputs
 from .kernels import evaluator
 
-__all__ = ["DIMENSIONS", "Hierarchy", "hierarchy", "assign_levels", "comm_score", "parse_dim"]
+__all__ = ["DIMENSIONS", "Hierarchy", "hierarchy", "assign_levels", "comm_score", "parse_dim", "SCORE_FACTORS",
+           "score_factors"]
 
 #: The original's dimension names, in the order they take devices at each level:
 #: TP (named "MP"), EP (always one rank here), CP, DP, PP.
@@ -197,3 +198,17 @@ def comm_score(*, comm_volume: object, overlap: object, dim: str, d: object, t: 
         raise InputError(f"assignment: {placed.shape[0]} levels given for a {levels.levels}-level device")
     fn = evaluator(score_formulas.formula_name(levels.levels))
     return fn(**values, **_score_arguments(levels, placed))
+
+
+#: The TIME path's score-factor symbols (``symbolic.model``) and the dimension each is scored as.
+SCORE_FACTORS: dict[str, str] = {"score_factor_dp": "DP", "score_factor_tp": "MP", "score_factor_cp": "CP"}
+
+
+def score_factors(*, device: str | Hierarchy, d: object, t: object, cp: object, p: object) -> dict[str, np.ndarray]:
+    """Level score of a unit volume of DP, TP and CP, by score-factor symbol (scalars or arrays).
+
+    The score is linear in the volume (``symbolic.score``), so the stage closed
+    forms multiply each dimension's volume by these factors on the TIME path.
+    """
+    return {name: comm_score(comm_volume=1.0, overlap=0.0, dim=dim, device=device, d=d, t=t, cp=cp, p=p)
+            for name, dim in SCORE_FACTORS.items()}

@@ -59,14 +59,12 @@ from .adapters.tp import gather_switch
 from .kernels import formula_functions
 from .layout import (STAGE_COUNT_NAMES, LayoutBatch, LayoutError, derive_fields_batch, dp_comm_level_values,
                      pipeline_stage_counts)
-from .levels import comm_score
+from .levels import SCORE_FACTORS, score_factors
 from .modelcfg import ModelConfig, load_model
 
 __all__ = ["StagePricer", "StagePrices"]
 
 _DIMS = ("dp", "tp", "ep", "cp")
-#: Level-score factors of the TIME path and the dimension ``comm_score`` prices each as.
-_SCORE_FACTORS = {"score_factor_dp": "DP", "score_factor_tp": "MP", "score_factor_cp": "CP"}
 _SCORE_DEGREES = ("d", "t", "cp", "p")
 _LEVELS = ("comm_d_non_exp", "comm_d_exp")
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
@@ -488,11 +486,10 @@ class StagePricer:
         shared["level_bound_0"] = self.level_bound_0
         shared["gather"] = gather_switch(probe)
         if self.ttype == "TIME" and not varying & set(_SCORE_DEGREES):
-            degrees = {k: int(shared[k]) for k in _SCORE_DEGREES}
-            for name, dim in _SCORE_FACTORS.items():
-                shared[name] = float(comm_score(comm_volume=1.0, overlap=0.0, dim=dim, device=self.device, **degrees))
+            factors = score_factors(device=self.device, **{k: int(shared[k]) for k in _SCORE_DEGREES})
+            shared.update({name: float(value) for name, value in factors.items()})
         elif self.ttype == "TIME":
-            varying |= set(_SCORE_FACTORS)
+            varying |= set(SCORE_FACTORS)
         return shared, varying
 
     def _specialise(self, batch: LayoutBatch, shared: Mapping[str, float]) -> _Coefficients:
@@ -554,12 +551,10 @@ class StagePricer:
 
     def _values(self, batch: LayoutBatch, needed: set[str]) -> dict[str, Any]:
         """The per-layout arguments *needed*: derived fields (float64 arrays) and TIME score factors."""
-        fields = sorted(needed - set(_SCORE_FACTORS))
+        fields = sorted(needed - set(SCORE_FACTORS))
         values = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
-        if needed & set(_SCORE_FACTORS):
-            degrees = {k: getattr(batch, k) for k in _SCORE_DEGREES}
-            for name, dim in _SCORE_FACTORS.items():
-                values[name] = comm_score(comm_volume=1.0, overlap=0.0, dim=dim, device=self.device, **degrees)
+        if needed & set(SCORE_FACTORS):
+            values.update(score_factors(device=self.device, **{k: getattr(batch, k) for k in _SCORE_DEGREES}))
         return values
 
 

@@ -17,7 +17,7 @@ from symbolic.attention import detect_attention
 from symbolic.formula import Formula
 
 from ..kernels import formula_functions
-from ..levels import comm_score
+from ..levels import score_factors
 from .ep import max_rank_tokens
 from .tp import gather_switch
 from .fields import Fields
@@ -92,9 +92,8 @@ def stage_counts(stages: Sequence[Sequence[Sequence[str]]], n_lay: int) -> dict[
 
 def _score_factors(f: Fields, device: str) -> dict[str, float]:
     """Level score of a unit volume for DP, TP and CP (the TIME path; the score is linear in the volume)."""
-    degrees = {k: f.num(k) for k in ("d", "t", "cp", "p")}
-    return {f"score_factor_{name}": float(comm_score(comm_volume=1.0, overlap=0.0, dim=dim, device=device, **degrees))
-            for name, dim in (("dp", "DP"), ("tp", "MP"), ("cp", "CP"))}
+    factors = score_factors(device=device, **{k: f.num(k) for k in ("d", "t", "cp", "p")})
+    return {name: float(value) for name, value in factors.items()}
 
 
 def _arguments(formula: Formula, values: Mapping[str, Any]) -> dict[str, Any]:
