@@ -23,7 +23,7 @@ import sympy
 from symbolic import registry
 from symbolic.formula import Formula
 
-__all__ = ["evaluator", "lambdified", "evaluate", "formula_function", "formula_functions"]
+__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions"]
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -57,19 +57,15 @@ def _lambdify(formula: Formula) -> Evaluator:
 _DYNAMIC: dict[tuple[str, sympy.Expr], Evaluator] = {}
 
 
-def formula_function(formula: Formula) -> Evaluator:
-    """The evaluator of a formula that may not be registered (a model-stage variant built on demand).
+def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
+    """Evaluators of formulas that may not be registered (model-stage variants built on demand), by name.
 
     A registered formula goes through ``evaluator``; any other is rendered by
     the code generator in memory (``compiler.compile_in_memory``: the same
     printer, lowering and templates as ``generated/``) once per (name,
-    expression) and cached for the process.
+    expression) and cached for the process; the ones not cached yet are
+    compiled in one pass.
     """
-    return formula_functions([formula])[formula.name]
-
-
-def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
-    """``formula_function`` for several formulas, compiling the ones not cached yet in one pass."""
     from .compiler import compile_in_memory
 
     out: dict[str, Evaluator] = {}

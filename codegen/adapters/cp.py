@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from symbolic import cp
+from symbolic import cp, registry
 from symbolic.attention import Attention, detect_attention
 from symbolic.formula import Formula
 
@@ -36,10 +36,9 @@ def variant_of(fields: Fields, algo: object) -> tuple[cp.CpAlgorithm, Attention,
 
 def _topology(inputs: Mapping[str, Any]) -> dict[str, Any]:
     f = Fields(inputs)
-    reg = {x.name: x for x in cp.FORMULAS}
-    code = int(value(reg["cp_topology_code"], f))
+    code = int(value(registry.get("cp_topology_code"), f))
     return {"topology": cp.TOPOLOGIES[code],
-            "effective_bandwidth": value(reg["cp_topology_effective_bandwidth_gbps"], f)}
+            "effective_bandwidth": value(registry.get("cp_topology_effective_bandwidth_gbps"), f)}
 
 
 def _traffic(inputs: Mapping[str, Any]) -> float:
