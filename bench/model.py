@@ -10,7 +10,7 @@ FLOP path, no FSDP, the model file's recompute plan, device A2):
   every stage and add the per-layer DP, TP, EP and CP volumes computed in
   plain Python floats, then convert each stage. Run on a subset
   (``--walk-n``) and reported as a rate.
-* ``generated``: ``codegen.search.StagePricer`` on the N layouts as arrays:
+* ``generated``: ``codegen.pricing.pricer.StagePricer`` on the N layouts as arrays:
   from the arrays to the batch, every layout checked, the fields the
   specialised coefficient sums read derived in NumPy, the sums evaluated by
   generated code once per layout, the stages formed from per-pipeline weight
@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from codegen.layout import Layout, LayoutBatch, build_stages, derive_fields_batch, parse_layout  # noqa: E402
-from codegen.modelcfg import ModelConfig, load_model  # noqa: E402
-from codegen.search import StagePricer  # noqa: E402
+from codegen.configs.layouts import Layout, LayoutBatch, build_stages, derive_fields_batch, parse_layout  # noqa: E402
+from codegen.configs.models import ModelConfig, load_model  # noqa: E402
+from codegen.pricing.pricer import StagePricer  # noqa: E402
 
 DEVICE_PER_NODE = 8  # A2's level-0 bound, what the original's conversion divides by
 

@@ -14,7 +14,7 @@ micro-batches.
   and micro-batch), the busiest rank's load ``max_rank_tokens`` replaces
   ``n_chosen_exp·s·b/cp`` (no division by cp). The maximum over ranks is a
   numeric step on the list, done outside the expression
-  (``codegen.adapters.ep.max_rank_tokens``); the formula takes its result.
+  (``codegen.reference.adapters.ep.max_rank_tokens``); the formula takes its result.
 
 Which one applies is resolved in Python (``routing``), as the original
 decides it: ``tokens_per_expert`` that is empty, or ``ep`` that does not

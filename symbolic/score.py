@@ -5,7 +5,7 @@ version of HyperParallel SAPP-ND's time model; FORMULAS.md §9). The planner
 places the ranks of each parallel dimension on the levels of the hierarchy
 (inside a node, across nodes, …) greedily; ``A_l`` is how many ranks of the
 scored dimension land at level ``l``. That step is integer bookkeeping and is
-done numerically (``codegen.levels``); given it, the score is::
+done numerically (``codegen.pricing.levels``); given it, the score is::
 
     Score = Σ_l V · (1 − overlap) · (A_l − 1) · devices_below(l) / BW_l
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen.reference import ATOL, RTOL, load_cases
+from codegen.reference.cases import ATOL, RTOL, load_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_FILE = ROOT / "tests" / "reference" / "cases.json"

@@ -10,7 +10,7 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codegen.adapters import cp as cp_adapters
+from codegen.reference.adapters import cp as cp_adapters
 from codegen.inputs import InputError
 from codegen.kernels import evaluate, evaluator
 from conftest import assert_close

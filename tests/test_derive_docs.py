@@ -10,9 +10,9 @@ import pytest
 import sympy
 from sympy import Min, Ne, Piecewise, Rational
 
-from codegen.adapters.model import COUNT_NAMES
+from codegen.reference.adapters.model import COUNT_NAMES
 from codegen.cli import main
-from codegen.cmd_derive import STAGE_NAMES
+from codegen.cli.derive import STAGE_NAMES
 from codegen.docs import DOCS_PATH, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
 from conftest import CASES
 from symbolic import registry
@@ -160,10 +160,10 @@ def test_closed_form_keeps_the_value_and_never_grows():
 
 
 def test_collect_linear_lays_a_stage_out_by_layer_kind():
-    from codegen.adapters.fields import Fields
-    from codegen.adapters.model import variant_of
-    from codegen.layout import derive_fields, parse_layout
-    from codegen.modelcfg import load_model
+    from codegen.reference.adapters.fields import Fields
+    from codegen.reference.adapters.model import variant_of
+    from codegen.configs.layouts import derive_fields, parse_layout
+    from codegen.configs.models import load_model
     from symbolic.model import stage_formulas
 
     cfg = load_model("llama2-7b")

@@ -9,10 +9,10 @@ import pytest
 import sympy
 
 import hardware
-from codegen.adapters import fsdp as fsdp_adapter
+from codegen.reference.adapters import fsdp as fsdp_adapter
 from codegen.inputs import InputError
 from codegen.kernels import evaluator
-from codegen.levels import DIMENSIONS, Hierarchy, assign_levels, comm_score, hierarchy
+from codegen.pricing.levels import DIMENSIONS, Hierarchy, assign_levels, comm_score, hierarchy
 from conftest import assert_close
 from symbolic import fsdp, registry, score
 from symbolic.symbols import SPECS, symbol

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import sympy
 
-from codegen.adapters import ADAPTERS
-from codegen.adapters import ep as ep_adapter
-from codegen.adapters.fields import Fields
-from codegen.adapters.params import param_counts
+from codegen.reference.adapters import ADAPTERS
+from codegen.reference.adapters import ep as ep_adapter
+from codegen.reference.adapters.fields import Fields
+from codegen.reference.adapters.params import param_counts
 from codegen.kernels import evaluator
 from conftest import CASES, assert_close
 from symbolic import dp, ep, legacy, params, recompute, tp

@@ -15,8 +15,8 @@ import re
 import numpy as np
 import pytest
 
-from codegen.adapters.model import COUNT_NAMES, stage_counts
-from codegen.layout import (
+from codegen.reference.adapters.model import COUNT_NAMES, stage_counts
+from codegen.configs.layouts import (
     LAYOUT_CONSTRAINTS,
     STAGE_COUNT_NAMES,
     WHOLE_DP_GROUP,
@@ -38,7 +38,7 @@ from codegen.layout import (
     validate_batch,
     violation_message,
 )
-from codegen.modelcfg import ModelConfig, load_model
+from codegen.configs.models import ModelConfig, load_model
 
 MODELS = ("qwen3-72b", "deepseek-v3", "llama2-7b")
 

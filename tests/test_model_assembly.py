@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from codegen.adapters.model import evaluate_stages, stage_counts
+from codegen.reference.adapters.model import evaluate_stages, stage_counts
 from codegen.cli import main
-from codegen.layout import build_stages, derive_fields, parse_layout
-from codegen.modelcfg import load_model
-from codegen.walk import walk
+from codegen.configs.layouts import build_stages, derive_fields, parse_layout
+from codegen.configs.models import load_model
+from codegen.reference.walk import walk
 from conftest import CASES, assert_close
 
 END_TO_END = [c for c in CASES if c.function == "estimate_from_mem_comm"]
@@ -36,7 +36,7 @@ def test_closed_form_equals_the_per_layer_walk(model, layout, extra, mode, devic
     lay = parse_layout(layout, cfg.layout, fsdp=extra.get("fsdp"), recompute=extra.get("recompute"))
     inputs = {**derive_fields(cfg, lay), "stages": build_stages(cfg, lay), "device": device, "mode": mode,
               "ttype": ttype, "d": lay.d, "p": lay.p}
-    from codegen.adapters import ADAPTERS
+    from codegen.reference.adapters import ADAPTERS
 
     closed = ADAPTERS["estimate_from_mem_comm"](inputs)
     walked = walk(inputs)
@@ -100,7 +100,7 @@ def test_selective_recompute_reads_the_gather_switch():
     lay = parse_layout("d=4,t=2,p=2,m=8", cfg.layout, recompute="selective")
     base = {**derive_fields(cfg, lay), "stages": build_stages(cfg, lay), "device": "A2", "mode": "both",
             "ttype": "FLOP"}
-    from codegen.adapters import ADAPTERS
+    from codegen.reference.adapters import ADAPTERS
 
     for gather in (0.0, 1.0):
         inputs = {**base, "rec_op": {**base["rec_op"], "gather": gather}}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.layout import (
+from codegen.configs.layouts import (
     BODY_KINDS,
     EMBEDDING_LAYER,
     FULL_REC_LAYER,
@@ -38,7 +38,7 @@ from codegen.layout import (
     stage_layer_counts,
     validate,
 )
-from codegen.modelcfg import ModelConfig, ModelConfigError, load_model, model_names
+from codegen.configs.models import ModelConfig, ModelConfigError, load_model, model_names
 from conftest import CASES, ROOT
 
 SHARED_MODELS = ROOT.parent / "shared" / "models"
@@ -488,8 +488,8 @@ WALKED = _one_per_model_and_fsdp()
 @pytest.mark.parametrize("case", WALKED, ids=[c.id for c in WALKED])
 def test_case_output_from_model_file_and_layout(case, case_models):
     """The whole stage walk from a model file and a layout alone: fields and stages feed the walk."""
-    from codegen.reference import RTOL, worst_error
-    from codegen.walk import walk
+    from codegen.reference.cases import RTOL, worst_error
+    from codegen.reference.walk import walk
 
     model = _model_for(case, case_models)
     layout = _case_layout(case, model)

@@ -6,8 +6,8 @@ import filecmp
 
 import pytest
 
-from codegen.adapters import ADAPTERS
-from codegen.reference import RTOL, worst_error
+from codegen.reference.adapters import ADAPTERS
+from codegen.reference.cases import RTOL, worst_error
 from conftest import CASES, CASES_FILE, SHARED_CASES
 
 

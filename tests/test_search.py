@@ -1,6 +1,6 @@
 """StagePricer: arrays of layouts priced at once equal the closed-form stage path, layout by layout.
 
-The reference is ``codegen.adapters.model.evaluate_stages`` on one layout's fields and
+The reference is ``codegen.reference.adapters.model.evaluate_stages`` on one layout's fields and
 stages (the path the reference cases check): each layout's bottleneck stage, the sum of its
 stages and every stage's DP, TP, EP, CP parts and total must agree to relative 1e-12. Each
 bundled model is priced under two settings that between them take every value of every
@@ -17,10 +17,10 @@ import re
 import numpy as np
 import pytest
 
-import codegen.layout as layout_module
-from codegen import search
-from codegen.adapters.model import evaluate_stages
-from codegen.layout import (
+import codegen.configs.layouts as layout_module
+from codegen.pricing import pricer as search
+from codegen.reference.adapters.model import evaluate_stages
+from codegen.configs.layouts import (
     LAYOUT_FIELD_NAMES,
     LayoutBatch,
     LayoutError,
@@ -30,8 +30,8 @@ from codegen.layout import (
     layout_violations,
     validate_batch,
 )
-from codegen.modelcfg import load_model
-from codegen.search import StagePricer
+from codegen.configs.models import load_model
+from codegen.pricing.pricer import StagePricer
 
 RTOL = 1e-12
 

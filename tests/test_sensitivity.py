@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import sympy
 
-from codegen.adapters.model import evaluate_stages
+from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
-from codegen.cmd_sensitivity import Settings, sensitivity, stage_derivatives
+from codegen.cli.sensitivity import Settings, sensitivity, stage_derivatives
 from codegen.kernels import formula_functions
-from codegen.layout import build_stages, derive_fields, parse_layout
-from codegen.modelcfg import load_model
+from codegen.configs.layouts import build_stages, derive_fields, parse_layout
+from codegen.configs.models import load_model
 from symbolic import registry
 from symbolic.formula import Formula
 from symbolic.sensitivity import (DEGREES, FORBIDDEN, derivative, derivative_expr, elasticity, elasticity_expr,

@@ -4,7 +4,7 @@
 ``EvalLayerComm.tp_comm_layer``, …) resolved for the variant the options choose
 (``symbolic.variants``). ``--model`` derives a pipeline stage's output for the
 variant a bundled model and a layout select, built as ``symcost eval`` builds it
-(``codegen.layout.derive_fields`` then ``codegen.adapters.model.variant_of``) and
+(``codegen.configs.layouts.derive_fields`` then ``codegen.reference.adapters.model.variant_of``) and
 laid out as Σ layer count × per-layer cost. Closed forms go through the cheap
 passes of ``symbolic.simplify`` only; printed as text, LaTeX or Markdown
 (``codegen.docs``).
@@ -24,11 +24,11 @@ from symbolic.simplify import closed_form
 from symbolic.symbols import SPECS, syms
 from symbolic.variants import FAMILIES, OPTION_FLAGS, Variant, resolve
 
-from .adapters.fields import Fields
-from .adapters.model import COUNT_NAMES, variant_of
-from .docs import formula_context, latex, render_sections, text
-from .layout import derive_fields, parse_layout
-from .modelcfg import load_model
+from ..reference.adapters.fields import Fields
+from ..reference.adapters.model import COUNT_NAMES, variant_of
+from ..docs import formula_context, latex, render_sections, text
+from ..configs.layouts import derive_fields, parse_layout
+from ..configs.models import load_model
 
 __all__ = ["register", "run", "STAGE_NAMES"]
 

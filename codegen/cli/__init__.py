@@ -1,4 +1,4 @@
-"""The ``symcost`` command line: one sub-command per module ``codegen/cmd_*.py``."""
+"""The ``symcost`` command line: one sub-command per module ``codegen/cli/*.py``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Sequence
 
-from . import cmd_check, cmd_compile, cmd_derive, cmd_eval, cmd_hardware, cmd_sensitivity
+from . import check, compile, derive, eval, hardware, sensitivity
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (cmd_eval, cmd_check, cmd_derive, cmd_compile, cmd_hardware, cmd_sensitivity)
+COMMANDS = (eval, check, derive, compile, hardware, sensitivity)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -53,14 +53,14 @@ from symbolic.ep import Routing
 from symbolic.formula import Formula
 from symbolic.symbols import symbol
 
-from .adapters.fields import Fields
-from .adapters.model import variant_of
-from .adapters.tp import gather_switch
-from .kernels import formula_functions
-from .layout import (STAGE_COUNT_NAMES, LayoutBatch, LayoutError, derive_fields_batch, dp_comm_level_values,
+from ..reference.adapters.fields import Fields
+from ..reference.adapters.model import variant_of
+from ..reference.adapters.tp import gather_switch
+from ..kernels import formula_functions
+from ..configs.layouts import (STAGE_COUNT_NAMES, LayoutBatch, LayoutError, derive_fields_batch, dp_comm_level_values,
                      pipeline_stage_counts)
 from .levels import SCORE_FACTORS, score_factors
-from .modelcfg import ModelConfig, load_model
+from ..configs.models import ModelConfig, load_model
 
 __all__ = ["StagePricer", "StagePrices"]
 
@@ -422,7 +422,7 @@ class StagePricer:
                 price). By default every layout is checked.
 
         Raises:
-            codegen.layout.LayoutError: naming the first invalid layout and its constraint.
+            codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
         """
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **arrays)
         n = len(batch)

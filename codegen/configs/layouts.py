@@ -2,7 +2,7 @@
 
 A :class:`Layout` is one training run's parallel strategy (degrees, micro-batches,
 optimizer sharding, FSDP, recompute plan). Together with a
-:class:`codegen.modelcfg.ModelConfig` it fixes every configuration field the
+:class:`codegen.configs.models.ModelConfig` it fixes every configuration field the
 communication formulas read (FORMULAS.md §1), which :func:`derive_fields`
 computes, and the pipeline layout the stage walk visits (FORMULAS.md §8),
 which :func:`build_stages` builds.
@@ -58,7 +58,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
 
-    from .modelcfg import ModelConfig
+    from .models import ModelConfig
 
 __all__ = [
     "BODY_KINDS",
@@ -1425,7 +1425,7 @@ def build_stages(model: ModelConfig, layout: Layout) -> list[list[list[str]]]:
 
 
 #: Keys of :func:`pipeline_stage_counts`: the count symbols the stage formulas read
-#: (``symbolic.model``; ``codegen.adapters.model.COUNT_NAMES``).
+#: (``symbolic.model``; ``codegen.reference.adapters.model.COUNT_NAMES``).
 STAGE_COUNT_NAMES = ("n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
 
 
@@ -1434,7 +1434,7 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
                           offset: Sequence[int] | Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """Per stage, how many layers of each kind a pipeline of *p* stages holds, without building it.
 
-    The counts ``codegen.adapters.model.stage_counts(build_stages(model, layout), model.n_lay)``
+    The counts ``codegen.reference.adapters.model.stage_counts(build_stages(model, layout), model.n_lay)``
     gives for a layout with this pipeline, computed from the slot sizes of
     :func:`chunk_layer_counts` alone: ``n_embedding`` (stage 0) and ``n_output`` (the last
     stage); ``n_body``, the body layers with a kind entry (the first ``n_lay`` in model order:

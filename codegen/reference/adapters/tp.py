@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from symbolic import tp
 from symbolic.formula import Formula
 
-from ..kernels import evaluator
+from ...kernels import evaluator
 from .fields import Fields
 
 __all__ = ["ADAPTERS", "gather_switch", "arguments", "is_moe"]

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .adapters.model import evaluate_stages
-from .layout import build_stages, derive_fields, parse_layout, validate
-from .modelcfg import load_model, model_names
+from ..reference.adapters.model import evaluate_stages
+from ..configs.layouts import build_stages, derive_fields, parse_layout, validate
+from ..configs.models import load_model, model_names
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
 

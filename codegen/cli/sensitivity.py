@@ -78,11 +78,11 @@ from symbolic import model as stage_model
 from symbolic.formula import Formula
 from symbolic.sensitivity import DEGREES, derivative, split_derivative
 
-from .adapters.fields import Fields
-from .adapters.model import evaluate_stages, stage_bindings, variant_of
-from .kernels import formula_functions
-from .layout import Layout, build_stages, derive_fields, parse_layout, validate
-from .modelcfg import ModelConfig, load_model, model_names
+from ..reference.adapters.fields import Fields
+from ..reference.adapters.model import evaluate_stages, stage_bindings, variant_of
+from ..kernels import formula_functions
+from ..configs.layouts import Layout, build_stages, derive_fields, parse_layout, validate
+from ..configs.models import ModelConfig, load_model, model_names
 
 __all__ = ["OBJECTIVES", "Settings", "DegreeSensitivity", "Sensitivity", "sensitivity", "stage_derivatives",
            "objective_curve", "register", "run"]

@@ -9,7 +9,7 @@ import numpy as np
 from symbolic import ep
 from symbolic.formula import Formula
 
-from ..kernels import evaluator
+from ...kernels import evaluator
 from .fields import Fields
 
 __all__ = ["ADAPTERS", "max_rank_tokens", "routing_of", "arguments"]

@@ -24,11 +24,11 @@ from typing import Any, Mapping
 
 import yaml
 
-from .layout import CP_ALGORITHMS, Layout, LayoutError, RecomputePlan, validate
+from .layouts import CP_ALGORITHMS, Layout, LayoutError, RecomputePlan, validate
 
 __all__ = ["ModelConfig", "ModelConfigError", "load_model", "model_names"]
 
-MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODELS_DIR = Path(__file__).resolve().parent / "bundled"
 
 
 class ModelConfigError(ValueError):
@@ -132,7 +132,7 @@ class ModelConfig:
 
 
 def model_names() -> tuple[str, ...]:
-    """Names of the bundled models (``codegen/models/*.yaml`` stems), sorted."""
+    """Names of the bundled models (``codegen/configs/bundled/*.yaml`` stems), sorted."""
     return tuple(sorted(path.stem for path in MODELS_DIR.glob("*.yaml")))
 
 

@@ -16,8 +16,8 @@ from symbolic import cp, ep, model, params
 from symbolic.attention import detect_attention
 from symbolic.formula import Formula
 
-from ..kernels import formula_functions
-from ..levels import score_factors
+from ...kernels import formula_functions
+from ...pricing.levels import score_factors
 from .ep import max_rank_tokens
 from .tp import gather_switch
 from .fields import Fields

@@ -2,7 +2,7 @@
 
 The case format is ``../shared/reference/README.md``'s: ``{"format": 1,
 "cases": [{"id", "function", "inputs", "output"}, …]}``. Each function name
-of the original maps to an *adapter* (``codegen.adapters``) that turns a
+of the original maps to an *adapter* (``codegen.reference.adapters``) that turns a
 case's inputs into the same shape of output through the project's own
 evaluators.
 """

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
-from .docs import DOCS_PATH, check_formulas_doc, write_formulas_doc
+from ..compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
+from ..docs import DOCS_PATH, check_formulas_doc, write_formulas_doc
 
 __all__ = ["register", "run"]
 

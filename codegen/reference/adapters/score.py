@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..levels import DIMENSIONS, assign_levels, comm_score, hierarchy, parse_dim
+from ...pricing.levels import DIMENSIONS, assign_levels, comm_score, hierarchy, parse_dim
 from .fields import Fields
 
 __all__ = ["ADAPTERS"]

@@ -8,7 +8,7 @@ from symbolic import cp, registry
 from symbolic.attention import Attention, detect_attention
 from symbolic.formula import Formula
 
-from ..kernels import evaluator
+from ...kernels import evaluator
 from .fields import Fields
 
 __all__ = ["ADAPTERS", "value", "variant_of"]

@@ -15,8 +15,8 @@ import sympy
 from symbolic import fsdp, registry
 from symbolic.fsdp import RootTable
 
-from ..inputs import InputError, check_inputs
-from ..kernels import evaluator
+from ...inputs import InputError, check_inputs
+from ...kernels import evaluator
 from .fields import Fields
 from .params import param_counts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from .reference import RTOL, load_cases, run_check
+from ..reference.cases import RTOL, load_cases, run_check
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -21,8 +21,8 @@ import numpy as np
 
 from symbolic import score as score_formulas
 
-from .inputs import InputError, check_inputs
-from .kernels import evaluator
+from ..inputs import InputError, check_inputs
+from ..kernels import evaluator
 
 __all__ = ["DIMENSIONS", "Hierarchy", "hierarchy", "assign_levels", "comm_score", "parse_dim", "SCORE_FACTORS",
            "score_factors"]

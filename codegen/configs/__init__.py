@@ -1,0 +1,1 @@
+"""Model configs and parallel layouts."""

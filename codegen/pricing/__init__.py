@@ -1,0 +1,1 @@
+"""Pricing: the one pricer of layouts, network levels, sensitivity."""
