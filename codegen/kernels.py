@@ -1,29 +1,33 @@
-"""Numeric evaluators of the registered formulas, by name.
+"""Numeric evaluators of the registered formulas, by name: the evaluator lookup.
 
 ``evaluator(name)`` returns a function with keyword-only arguments (the
-formula's symbols) that accepts scalars or NumPy arrays and broadcasts.
-The generated modules under ``generated/`` are the evaluators. A formula
-they do not hold yet, or hold from an older expression (their ``FORMULAS``
-fingerprint differs from the registry's), is evaluated through
-``sympy.lambdify`` instead, with a warning to run ``symcost compile``; the
-numbers are then still right, and ``symcost compile --check`` (and the
-regeneration test) fail until ``generated/`` is rebuilt. ``lambdified`` is
-also the reference the tests compare the generated code with.
+formula's symbols) that accepts scalars or NumPy arrays and broadcasts: the
+generated function of ``generated/``, found through its metadata, without
+importing SymPy (run time stays SymPy-free). Where the formula registry is
+loaded already (the reference check, ``derive``, the tests), the lookup also
+compares the generated function's fingerprint with the registry's; a formula
+that ``generated/`` does not hold, or holds from an older expression, is then
+evaluated through ``sympy.lambdify`` instead, with a warning to run
+``symcost compile`` (the numbers are right, and ``symcost compile --check``
+and the regeneration test fail until ``generated/`` is rebuilt).
+``lambdified`` is also the reference the tests compare the generated code with.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
-import sympy
 
-from symbolic import registry
-from symbolic.formula import Formula
+import generated
 
-__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions"]
+if TYPE_CHECKING:  # pragma: no cover
+    from symbolic.formula import Formula
+
+__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions", "variants"]
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -31,10 +35,14 @@ Evaluator = Callable[..., np.ndarray]
 @functools.cache
 def lambdified(name: str) -> Evaluator:
     """``sympy.lambdify`` of the formula *name* (NumPy module), keyword-only by symbol name."""
+    from symbolic import registry
+
     return _lambdify(registry.get(name))
 
 
 def _lambdify(formula: Formula) -> Evaluator:
+    import sympy
+
     name = formula.name
     symbols = sorted(formula.expr.free_symbols, key=lambda s: s.name)
     fn = sympy.lambdify(symbols, formula.expr, modules="numpy", cse=True)
@@ -54,7 +62,7 @@ def _lambdify(formula: Formula) -> Evaluator:
     return call
 
 
-_DYNAMIC: dict[tuple[str, sympy.Expr], Evaluator] = {}
+_DYNAMIC: dict[tuple[str, object], Evaluator] = {}
 
 
 def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
@@ -66,6 +74,8 @@ def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
     expression) and cached for the process; the ones not cached yet are
     compiled in one pass.
     """
+    from symbolic import registry
+
     from .compiler import compile_in_memory
 
     out: dict[str, Evaluator] = {}
@@ -86,13 +96,11 @@ def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
 
 def generated_function(name: str) -> Evaluator | None:
     """The generated function of formula *name* if ``generated/`` holds it for the current expression."""
+    from symbolic import registry
+
     from .lowering import formula_fingerprint
 
     formula = registry.get(name)
-    try:
-        import generated
-    except ImportError:  # pragma: no cover - generated/ is committed
-        return None
     meta = generated.FORMULAS.get(name)
     if meta is None or meta.get("fingerprint") != formula_fingerprint(formula):
         return None
@@ -101,17 +109,40 @@ def generated_function(name: str) -> Evaluator | None:
 
 @functools.cache
 def evaluator(name: str) -> Evaluator:
-    """The evaluator of formula *name*: its generated function, else (not compiled yet) lambdify.
+    """The evaluator of formula *name*: its generated function (see the module docstring for the fallback).
 
     Raises:
         KeyError: naming an unknown formula.
     """
+    if "symbolic.registry" not in sys.modules:  # run time: generated/ is the truth, SymPy stays out
+        if name not in generated.FORMULAS:
+            raise KeyError(f"unknown formula {name!r}; `symcost derive --list` lists them")
+        return getattr(generated, name)
     fn = generated_function(name)
     if fn is not None:
         return fn
     warnings.warn(f"{name}: generated/ has no function for the current formula; evaluating through "
                   "sympy.lambdify. Run `symcost compile`.", stacklevel=2)
     return lambdified(name)
+
+
+def variants(dimension: str) -> dict[tuple[tuple[str, str], ...], str]:
+    """The generated formulas of *dimension* built for one variant each: their ``variant`` pairs → name.
+
+    Variants carry their identity as data (``Formula.variant``), so a caller picks one by its
+    fields instead of by spelling a name.
+    """
+    return {tuple(meta["variant"]): name for name, meta in generated.FORMULAS.items()
+            if meta["dimension"] == dimension and "variant" in meta}
+
+
+def _arguments(name: str) -> tuple[str, ...]:
+    meta = generated.FORMULAS.get(name)
+    if meta is not None:
+        return meta["arguments"]
+    from symbolic import registry  # a formula generated/ does not hold yet
+
+    return registry.get(name).arguments
 
 
 def evaluate(name: str, **values: object) -> np.ndarray:
@@ -125,7 +156,7 @@ def evaluate(name: str, **values: object) -> np.ndarray:
     """
     from .inputs import check_inputs
 
-    args = registry.get(name).arguments
+    args = _arguments(name)
     missing = [a for a in args if a not in values]
     if missing:
         raise TypeError(f"{name}: missing inputs {missing}")

@@ -427,6 +427,7 @@ class Lowered:
         calls: NumPy calls per evaluation (per block).
         rewrite: the name of the rewrite the CSE form was built from.
         fingerprint: ``formula_fingerprint`` of the formula.
+        variant: the formula's ``variant`` pairs: its identity as data (``Formula.variant``).
     """
 
     name: str
@@ -448,6 +449,7 @@ class Lowered:
     calls: int
     rewrite: str
     fingerprint: str
+    variant: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -592,5 +594,6 @@ def lower(formula: Formula) -> Lowered:
         calls=best.calls,
         rewrite=best.rewrite,
         fingerprint=formula_fingerprint(formula),
+        variant=tuple(formula.variant),
     )
 

@@ -62,9 +62,11 @@ def comment(text: str, pad: str) -> str:
 
 
 def pyrepr(value: object) -> str:
-    """A Python literal: ``repr`` of a string, int, bool or None."""
+    """A Python literal: ``repr`` of a string, int, bool or None, or a tuple of them (nested tuples too)."""
+    if isinstance(value, tuple):
+        return pytuple([pyrepr(item) for item in value])
     if not isinstance(value, (str, int, bool, type(None))):
-        raise TypeError(f"pyrepr: expected str, int, bool or None, got {type(value).__name__}")
+        raise TypeError(f"pyrepr: expected str, int, bool, None or a tuple of them, got {type(value).__name__}")
     text = repr(value)
     if isinstance(value, str) and text.startswith("'") and '"' not in value:
         text = '"' + text[1:-1] + '"'  # no quote inside: the same literal, in the generated code's quotes

@@ -39,7 +39,7 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 _SYSTEM_REQUIRED = ("description", "levels")
-_SYSTEM_OPTIONAL = ("unused_helper_levels",)
+_SYSTEM_OPTIONAL = ("unused_helper_levels", "original_stage_cost_scale")
 _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 # A level has exactly one of "devices" and "unbounded"; both are listed as optional
 # here and the rule is checked on its own so that the message can say so.
@@ -112,7 +112,9 @@ def _system(name: str, data: dict[str, Any]) -> System:
     helpers = tuple(_helper(t, f"unused_helper_levels[{i}]")
                     for i, t in enumerate(_array_of_tables(data.get("unused_helper_levels", []),
                                                            "unused_helper_levels")))
-    return System(name=name, description=data["description"], levels=levels, unused_helper_levels=helpers)
+    extra = {key: data[key] for key in ("original_stage_cost_scale",) if key in data}
+    return System(name=name, description=data["description"], levels=levels,
+                  unused_helper_levels=helpers, **extra)
 
 
 def load_file(path: str | os.PathLike[str]) -> System:

@@ -156,16 +156,22 @@ class System:
         levels: at least two levels, innermost first; every level but the last is
             bounded, the last is unbounded.
         unused_helper_levels: figures the original states but never uses (A2, A3).
+        original_stage_cost_scale: the factor the original model applies to every dimension of a
+            stage's communication on this system (its A3 halving; 1 elsewhere). A quirk of the
+            original kept as data, so that no code tests a system's name.
     """
 
     name: str
     description: str
     levels: tuple[Level, ...]
     unused_helper_levels: tuple[UnusedHelperLevel, ...] = ()
+    original_stage_cost_scale: float = 1.0
 
     def __post_init__(self) -> None:
         _text("name", self.name)
         _text("description", self.description)
+        object.__setattr__(self, "original_stage_cost_scale",
+                           _positive_real("original_stage_cost_scale", self.original_stage_cost_scale))
         object.__setattr__(self, "levels", tuple(self.levels))
         object.__setattr__(self, "unused_helper_levels", tuple(self.unused_helper_levels))
         for i, level in enumerate(self.levels):

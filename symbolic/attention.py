@@ -7,58 +7,17 @@ then plain expressions with only the original's numeric fallbacks inside.
 
 from __future__ import annotations
 
-import enum
 
 import sympy
 from sympy import Max, Min, Ne, Piecewise
 
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import Attention, detect_attention, parse_attention
 
 __all__ = ["Attention", "parse_attention", "detect_attention", "tp_width", "head_width", "kv_width", "FORMULAS"]
 
 h, a, n_kv, dh, dhr, t = syms("h", "a", "n_kv", "dh", "dhr", "t")
-
-
-class Attention(enum.Enum):
-    """Attention variants. ``label`` is the original's ``AttentionType`` string."""
-
-    MHA = "mha"
-    GQA = "gqa"
-    MQA = "mqa"
-    MLA = "mla"
-
-    @property
-    def label(self) -> str:
-        # The original has no MQA type: one K/V head is GQA to it.
-        return "gqa" if self is Attention.MQA else self.value
-
-
-def parse_attention(name: str) -> Attention:
-    """The variant called *name* (``mha``, ``gqa``, ``mqa``, ``mla``; any case).
-
-    Raises:
-        ValueError: naming the field and the value when *name* is unknown.
-    """
-    try:
-        return Attention(str(name).lower())
-    except ValueError:
-        known = ", ".join(x.value for x in Attention)
-        raise ValueError(f"attention: unknown attention type {name!r}; expected one of {known}") from None
-
-
-def detect_attention(*, dc_kv: float, n_kv: float, a: float) -> Attention:
-    """The original's ``detect_attention_type``: MLA if dc_kv > 0, GQA if n_kv < a, else MHA.
-
-    Unset fields read as 0, so an unset ``n_kv`` detects as GQA (and its width
-    then falls back to ``a`` heads). One K/V head is reported as GQA, as the
-    original does; ask for ``Attention.MQA`` explicitly to get its closed form.
-    """
-    if dc_kv > 0:
-        return Attention.MLA
-    if n_kv < a:
-        return Attention.GQA
-    return Attention.MHA
 
 
 def tp_width() -> sympy.Expr:

@@ -21,7 +21,6 @@ Oddities kept (FORMULAS.md §10 items 7, 9, 10, 22):
 
 from __future__ import annotations
 
-import enum
 
 import sympy
 from sympy import Piecewise, floor
@@ -30,11 +29,10 @@ from . import collectives
 from .attention import Attention, head_width, kv_width, tp_width
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import CpAlgorithm
 
 __all__ = [
-    "CpAlgorithm",
     "TOPOLOGIES",
-    "resolve_algorithm",
     "traffic",
     "traffic_formula",
     "record_formulas",
@@ -46,52 +44,6 @@ s, b, a, dh, dhr, cp, n_linrec = syms("s", "b", "a", "dh", "dhr", "cp", "n_linre
 bytes_compute, device_per_node, bw_intra, bw_inter = syms("bytes_compute", "device_per_node", "bw_intra", "bw_inter")
 
 SOURCE = "HyperParallel SAPP-ND perf_estimation/comm_time.py"
-
-
-class CpAlgorithm(enum.Enum):
-    """How CP exchanges attention inputs. Values are the original's ``cp_algo`` labels."""
-
-    COLOSSALAI = "colossalai_cp"
-    HYBRID = "hybrid_cp"
-    ULYSSES = "ulysses_cp"
-
-    @property
-    def family(self) -> str:
-        """"ulysses" (all-to-all) or "ring" (colossalai and hybrid move the same K/V)."""
-        return "ulysses" if self is CpAlgorithm.ULYSSES else "ring"
-
-
-_ALIASES = {"colossalai": CpAlgorithm.COLOSSALAI, "ring": CpAlgorithm.COLOSSALAI, "hybrid": CpAlgorithm.HYBRID,
-            "hybird_cp": CpAlgorithm.HYBRID, "ulysses": CpAlgorithm.ULYSSES}
-
-
-def resolve_algorithm(name: object, *, lenient: bool = False) -> CpAlgorithm:
-    """The algorithm a ``cp_algo`` value names.
-
-    Accepts the original labels, the typo ``hybird_cp`` the original accepts,
-    and the short names ``ring``, ``colossalai``, ``hybrid``, ``ulysses``.
-
-    Args:
-        name: the value of ``cp_algo``.
-        lenient: reproduce the original's ``_resolve_cp_algo``: anything
-            unknown, unset (0) or empty is colossalai (FORMULAS.md §10 item 10).
-
-    Raises:
-        ValueError: naming ``cp_algo`` and the value, unless *lenient*.
-    """
-    if isinstance(name, CpAlgorithm):
-        return name
-    key = str(name).strip().lower() if isinstance(name, str) else None
-    if key is not None:
-        for algo in CpAlgorithm:
-            if key == algo.value:
-                return algo
-        if key in _ALIASES:
-            return _ALIASES[key]
-    if lenient:
-        return CpAlgorithm.COLOSSALAI
-    known = ", ".join([x.value for x in CpAlgorithm] + sorted(_ALIASES))
-    raise ValueError(f"cp_algo: unknown CP algorithm {name!r}; expected one of {known}")
 
 
 #: Topology labels by the code ``cp_topology_code`` returns.

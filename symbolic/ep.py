@@ -28,7 +28,6 @@ body layer (§10 item 15). The guard ``ep ≤ 1 or comm_ep = 0 →
 
 from __future__ import annotations
 
-import enum
 
 import sympy
 from sympy import Eq, Or, Piecewise
@@ -36,6 +35,7 @@ from sympy import Eq, Or, Piecewise
 from . import collectives
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import Routing, routing
 
 __all__ = ["Routing", "routing", "layer_formula", "FORMULAS"]
 
@@ -44,34 +44,6 @@ n_chosen_exp, comm_ep, bytes_compute, max_rank_tokens = syms("n_chosen_exp", "co
                                                              "max_rank_tokens")
 
 SOURCE = "published version of memory_estimation/evaluators/comm.py"
-
-
-class Routing(enum.Enum):
-    """How the EP volume counts the tokens a rank exchanges."""
-
-    BALANCED = "balanced"
-    IMBALANCED = "imbalanced"
-
-
-def routing(tokens_per_expert: object, *, n_exp: float, ep: float, comm_ep: float = 1.0) -> Routing:
-    """The branch the original takes for a ``tokens_per_expert`` value (unset reads 0).
-
-    Imbalanced only for a non-empty list when EP communicates (``ep > 1``
-    and ``comm_ep ≠ 0``; otherwise the volume is 0 and nothing else is read)
-    and ``ep`` divides ``n_exp``.
-
-    Raises:
-        ValueError: naming ``tokens_per_expert`` when it is neither unset (0) nor a list.
-    """
-    if ep <= 1 or comm_ep == 0:
-        return Routing.BALANCED  # the original returns 0 before it looks at the list
-    if isinstance(tokens_per_expert, (list, tuple)):
-        if not tokens_per_expert or n_exp % ep != 0:
-            return Routing.BALANCED
-        return Routing.IMBALANCED
-    if tokens_per_expert is None or (isinstance(tokens_per_expert, (int, float)) and not tokens_per_expert):
-        return Routing.BALANCED  # `not tokens` falls back; an unset field reads 0 (§10 item 17)
-    raise ValueError(f"tokens_per_expert: expected a list of token counts per expert, got {tokens_per_expert!r}")
 
 
 def _volume(tokens_per_rank: sympy.Expr) -> sympy.Expr:

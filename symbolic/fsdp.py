@@ -276,6 +276,21 @@ def rounds(reshards: bool, spans_cp: bool) -> tuple[sympy.Expr, sympy.Expr, symp
     return layer, root, all_reduces
 
 
+def switched_rounds() -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """:func:`rounds` with ``reshards`` and ``shard_spans_cp`` as 0/1 symbols: one expression for all four settings.
+
+    Each switch selects its branch exactly (``x·A + (1 − x)·B`` is A at 1 and B at 0), so that one
+    generated stage evaluator serves every FSDP setting.
+    """
+    reshards, spans = syms("reshards", "shard_spans_cp")
+    once = _once_a_step()
+    layer = reshards * 2 + (1 - reshards) * once
+    root = reshards + (1 - reshards) * once
+    spanned_cp = spans + (1 - spans) * cp
+    all_reduces = Piecewise((once, shard_non_exp > t * spanned_cp), (1, True))
+    return layer, root, all_reduces
+
+
 # ---------------------------------------------------------------- registered formulas
 
 

@@ -1,37 +1,41 @@
 """A pipeline stage's communication as closed forms (``estimate_from_mem_comm``).
 
 The original walks every layer of every stage and adds per-layer volumes
-(printout lines 549-712; FORMULAS.md §8). Layers of the same kind cost the
-same, so a stage's sum is Σ over layer kinds of (count × per-layer
-expression). This module builds that sum once per model *variant* (attention
-layout, dense or MoE, CP algorithm, EP routing, ZeRO levels, FSDP mode,
-output path), over the count symbols of ``symbolic.symbols``:
+(printout lines 549-712; docs/model.md, "From layer to stage"). Layers of the
+same kind cost the same, so a stage's output is
 
-* ``n_embedding``, ``n_output``: the embedding and output layers (0 or 1);
-* ``n_body``: body layers among the model's first ``n_lay`` (they get a kind
-  entry: priced at NOT_REC, and they alone carry DP);
-* ``n_extra``, ``n_extra_sel``: body layers past ``n_lay`` (multi-token
-  prediction), which keep their own node type — selective ones have TP
-  scaled by the ``gather`` switch — and carry no DP (§10 item 16);
-* ``n_full_rec``, ``n_sel_rec``: layers the recompute sum adds again.
+    output = Σ_count count · term(role)
 
-Every CP, TP and EP term is the per-layer formula of its module; DP is the
-per-layer DP (or FSDP traffic) with the parameter-count expressions
-substituted. The stage conversion (``_stage_comm_time``, lines 627-663) is
-part of the expression: the TIME path's level score (linear in the volume,
-so a factor ``score_factor_*`` computed from the level assignment), the
-per-node multipliers ``max(1, ⌊x / level_bound_0⌋)``, the overlap discounts
-and the A3 halving (§10 items 12-14).
+over the layer-kind counts of ``symbolic.vocabulary.STAGE_COUNT_NAMES``, with
+the roles of ``STAGE_TERMS`` (a plain layer, a selective MTP layer, what a
+recomputed layer adds again, the FSDP embedding and output tables). Each
+*term* is the cost one such layer adds to its stage, converted as
+``_stage_comm_time`` converts a stage (lines 627-663): the TIME path's level
+score factor (the score is linear in the volume; on the FLOP path the factor
+is bound to 1), the per-node multiplier ``max(1, ⌊x / level_bound_0⌋)``, the
+overlap discount and the device's ``stage_cost_scale`` (A3's halving, a field
+of its system file).
 
-Units: the stage sums add parameter counts (DP without FSDP), elements
-(dense TP) and bytes (EP, CP, FSDP, MoE TP) — the original's mixed sum
-(§10 item 11); the unit is "mixed", or "score" pieces on the TIME path.
+A term depends on only part of a model's variant: TP on dense/MoE, EP on the
+routing, CP on the algorithm, attention type and linear attention, DP on the
+parameter layout, dense/MoE, FSDP and a tied embedding. The ZeRO levels and
+FSDP's ``reshards`` / ``shard_spans_cp`` settings are 0/1 switch symbols
+inside the DP terms. So a few hundred small terms cover every model a config
+can describe; they are registered formulas (``TERMS``, and their derivatives
+in the degrees in ``SLOPES``) that ``symcost compile`` generates ahead of
+time, and each carries its identity as ``Formula.variant`` data (output, role
+and the variant fields it depends on), which the SymPy-free pricer looks up.
+
+Units: the stage sums add parameter counts (DP without FSDP), elements (dense
+TP) and bytes (EP, CP, FSDP, MoE TP) — the original's mixed sum (docs/model.md,
+"Oddities kept on purpose", item 11); the unit is "mixed".
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Mapping
 
 import sympy
 from sympy import Max, floor
@@ -39,27 +43,31 @@ from sympy import Max, floor
 from . import cp, dp, ep, fsdp, params, recompute, tp
 from .attention import Attention
 from .formula import Formula
+from .sensitivity import derivative_expr
+from .vocabulary import DEGREES
 from .symbols import syms
-from .tp import LayerType
+from .vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_OUTPUTS,
+                         STAGE_TERMS, CpAlgorithm, LayerType)
 
-__all__ = ["StageVariant", "StageFormulas", "stage_formulas", "stage_coefficients", "per_layer_costs", "OUTPUTS"]
+__all__ = ["StageVariant", "StageFormulas", "Term", "stage_formulas", "stage_terms", "per_layer_costs", "variant_key",
+           "TERMS",
+           "SLOPES", "FORMULAS", "COUNT_SYMBOLS"]
 
-(n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec, n_sel_rec) = syms(
-    "n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
-t, ep_deg, cp_deg, mb, gather = syms("t", "ep", "cp", "mb", "gather")
+t, ep_deg, cp_deg, mb = syms("t", "ep", "cp", "mb")
 comm_dp_overlap, comm_tp_overlap, level_bound_0 = syms("comm_dp_overlap", "comm_tp_overlap", "level_bound_0")
 score_factor_dp, score_factor_tp, score_factor_cp = syms("score_factor_dp", "score_factor_tp", "score_factor_cp")
+zero2_non_exp, zero3_non_exp, zero2_exp, zero3_exp = syms("zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp")
+stage_cost_scale, = syms("stage_cost_scale")
+
+#: The count symbols a stage output is linear in, in the vocabulary's order.
+COUNT_SYMBOLS: tuple[sympy.Symbol, ...] = syms(*STAGE_COUNT_NAMES)
 
 SOURCE = "HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712 (estimate_from_mem_comm)"
-
-#: Names of a stage's outputs, in the order ``StageFormulas`` holds them.
-OUTPUTS = ("dp", "tp", "ep", "cp", "total", "tp_recomputed", "ep_recomputed", "cp_recomputed", "total_recomputed",
-           "dp_unconverted", "dp_reduced")
 
 
 @dataclass(frozen=True)
 class StageVariant:
-    """Everything about a model and its settings that picks a different expression.
+    """The structural choices of a model that pick different expressions (numeric ones are switch symbols).
 
     Attributes:
         attention: attention type as CP sees it (``attention.detect_attention``).
@@ -68,52 +76,126 @@ class StageVariant:
         cp_algorithm: the resolved CP algorithm.
         linear: linear-attention layers (``n_linrec ≠ 0``).
         routing: EP routing (``ep.routing``).
-        zero_non_exp, zero_exp: ZeRO levels ``comm_d_non_exp`` and ``comm_d_exp`` (0, 2 or 3).
         fsdp: ``grad_shard_as_params``: DP priced as FSDP traffic.
-        reshards: FSDP frees gathered parameters after each pass.
-        shard_spans_cp: the stated shard already spans CP.
-        tied_embedding: ``tie_emb_out``.
-        time: the TIME path (``ttype == TIME``): DP, TP, CP become level scores.
-        halve: the device halves every dimension (A3, §10 item 14).
+        tied_embedding: ``tie_emb_out`` (read with FSDP only).
     """
 
     attention: Attention
     params: params.AttentionParams
     moe: bool
-    cp_algorithm: cp.CpAlgorithm
+    cp_algorithm: CpAlgorithm
     linear: bool
     routing: ep.Routing
-    zero_non_exp: int
-    zero_exp: int
     fsdp: bool
-    reshards: bool = False
-    shard_spans_cp: bool = False
     tied_embedding: bool = False
-    time: bool = False
-    halve: bool = False
 
-    @property
-    def key(self) -> str:
-        """A short identifier of the variant, used in formula names."""
-        parts = [self.params.value, "moe" if self.moe else "dense", _cp_key(self), self.routing.value,
-                 f"z{self.zero_non_exp}{self.zero_exp}"]
-        if self.fsdp:
-            parts.append("fsdp" + ("_reshard" if self.reshards else "") + ("_spancp" if self.shard_spans_cp else "")
-                         + ("_tied" if self.tied_embedding else ""))
-        parts.append("time" if self.time else "flop")
-        if self.halve:
-            parts.append("halved")
-        return "_".join(parts)
+    @classmethod
+    def from_data(cls, fields: Mapping[str, str]) -> StageVariant:
+        """The variant the data of ``codegen.pricing.stages.variant_of`` describes (the pairs of :meth:`keys`)."""
+        return cls(attention=Attention(fields["attention"]), params=params.AttentionParams(fields["params"]),
+                   moe=fields["moe"] == "moe", cp_algorithm=CpAlgorithm(fields["cp_algorithm"]),
+                   linear=fields["linear"] == "linear", routing=ep.Routing(fields["routing"]),
+                   fsdp=fields["fsdp"] == "fsdp", tied_embedding=fields["tied"] == "tied")
+
+    def keys(self, output: str, role: str = "layer") -> tuple[tuple[str, str], ...]:
+        """The variant fields the term (*output*, *role*) depends on, as ``(field, value)`` pairs: its identity."""
+        if output == "tp":
+            return (("moe", _moe(self.moe)),)
+        if output == "ep":
+            return (("routing", self.routing.value),)
+        if output == "cp":
+            return (("cp_algorithm", self.cp_algorithm.value), ("attention", self.attention.value),
+                    ("linear", "linear" if self.linear else "softmax"))
+        fsdp_key = ("fsdp", "fsdp" if self.fsdp else "zero")
+        if role == "embedding":  # the FSDP embedding table: its size is h·v whatever the layers
+            return (fsdp_key, ("tied", "tied" if self.tied_embedding else "untied"))
+        if role == "output":
+            return (fsdp_key,)
+        return (("params", self.params.value), ("moe", _moe(self.moe)), fsdp_key)
 
 
-def _cp_key(v: StageVariant) -> str:
-    volume = cp.record_formulas(v.cp_algorithm, v.attention, linear=v.linear)["comm_volume"]
-    return volume.name.removeprefix("cp_").removesuffix("_record_comm_volume_bytes")
+def _moe(moe: bool) -> str:
+    return "moe" if moe else "dense"
+
+
+def _per_node(degree: sympy.Expr) -> sympy.Expr:
+    """``max(1, degree // devices at level 0)`` (lines 639-642)."""
+    return Max(1, floor(degree / level_bound_0))
+
+
+def _convert(dim: str, volume: sympy.Expr) -> sympy.Expr:
+    """``_stage_comm_time`` for one dimension (lines 627-663): score factor, per-node multiplier, overlap, scale."""
+    if dim == "tp":
+        volume = volume * score_factor_tp * _per_node(t) * (1 - comm_tp_overlap)
+    elif dim == "ep":
+        volume = volume * _per_node(ep_deg)  # EP is never scored on the TIME path (oddity 12)
+    elif dim == "cp":
+        volume = volume * score_factor_cp * _per_node(cp_deg)
+    elif dim == "dp":
+        volume = volume * score_factor_dp * (1 - comm_dp_overlap)
+    return volume * stage_cost_scale
+
+
+def _again(layer: LayerType, v: StageVariant) -> recompute.RecomputeFormulas:
+    return recompute.layer_formulas(layer, moe=v.moe, routing=v.routing, cp_algorithm=v.cp_algorithm,
+                                    attention=v.attention, linear=v.linear)
+
+
+def _dp_volumes(v: StageVariant) -> dict[str, dict[str, sympy.Expr]]:
+    """DP's unconverted terms and, with FSDP, the all-reduced bytes of each: role → expression."""
+    counts = params.layer_counts(v.params, v.moe)
+    if not v.fsdp:
+        # The ZeRO levels as switches: a layer's DP volume is its non-expert level's part plus its
+        # expert level's part (dp.layer_formula), so each part is weighed by its level's switch.
+        none = dp.ZeroLevel.NONE
+        parts = ((zero2_non_exp, dp.ZeroLevel.ZERO2, none), (zero3_non_exp, dp.ZeroLevel.ZERO3, none),
+                 (zero2_exp, none, dp.ZeroLevel.ZERO2), (zero3_exp, none, dp.ZeroLevel.ZERO3))
+        # A Piecewise, not a product: a level's part may divide by a field the config leaves unset
+        # (0) when that level is off, and 0 · inf would be NaN where the original never reads it.
+        # Folded into one level of conditions: lambdify (the tests' reference) cannot nest them.
+        layer = sympy.Add(*[sympy.piecewise_fold(sympy.Piecewise(
+            (dp.with_param_counts(dp.layer_formula(ne, ex, moe=v.moe), counts), sympy.Eq(switch, 1)), (0, True)))
+            for switch, ne, ex in parts])
+        return {"volume": {"layer": layer}, "reduced": {}}
+    layer_g, root_g, reduces = fsdp.switched_rounds()
+    tables = {"layer": (fsdp.layer_parts(*counts), layer_g),
+              "embedding": (fsdp.root_parts(fsdp.RootTable.EMBEDDING, tied=v.tied_embedding), root_g),
+              "output": (fsdp.root_parts(fsdp.RootTable.OUTPUT), root_g)}
+    return {"volume": {role: fsdp.parts_traffic(parts, g, reduces) for role, (parts, g) in tables.items()},
+            "reduced": {role: fsdp.parts_reduce_traffic(parts, reduces) for role, (parts, _) in tables.items()}}
+
+
+@functools.cache
+def stage_terms(v: StageVariant) -> dict[str, dict[str, sympy.Expr]]:
+    """The terms of every stage output of *v*: output → role → the cost one such layer adds (nonzero ones).
+
+    Outputs: ``dp``, ``tp``, ``ep``, ``cp`` (converted; the roles of ``n_full_rec`` / ``n_sel_rec``
+    are what the recompute sums add), ``dp_unconverted`` and ``dp_reduced``.
+    """
+    full, sel = _again(LayerType.FULL_REC_LAYER, v), _again(LayerType.SEL_REC_LAYER, v)
+    raw = {
+        "tp": {"layer": tp.layer_formula(v.moe, LayerType.NOT_REC_LAYER).expr.subs(mb, 1),
+               "selective_layer": tp.layer_formula(v.moe, LayerType.SEL_REC_LAYER).expr.subs(mb, 1),
+               "full_again": full.tp.expr, "selective_again": sel.tp.expr},
+        "ep": {"layer": ep.layer_formula(v.routing).expr.subs(mb, 1),
+               "full_again": full.ep.expr, "selective_again": sel.ep.expr},
+        "cp": {"layer": cp.record_formulas(v.cp_algorithm, v.attention, linear=v.linear)["comm_volume"].expr,
+               "full_again": full.cp.expr, "selective_again": sel.cp.expr},
+    }
+    dp_volumes = _dp_volumes(v)
+    out = {dim: {role: _convert(dim, e) for role, e in terms.items()} for dim, terms in raw.items()}
+    out["dp"] = {role: _convert("dp", e) for role, e in dp_volumes["volume"].items()}
+    out["dp_unconverted"] = dict(dp_volumes["volume"])
+    out["dp_reduced"] = dict(dp_volumes["reduced"])
+    return {name: {role: e for role, e in terms.items() if e != 0} for name, terms in out.items()}
+
+
+# ---------------------------------------------------------------- whole-stage closed forms (derive, docs)
 
 
 @dataclass(frozen=True)
 class StageFormulas:
-    """The closed forms of one stage for a variant, over the count symbols (see ``OUTPUTS``)."""
+    """The closed forms of one stage for a variant, over the count symbols (see ``STAGE_OUTPUTS``)."""
 
     dp: Formula
     tp: Formula
@@ -128,123 +210,61 @@ class StageFormulas:
     dp_reduced: Formula
 
     def all(self) -> tuple[Formula, ...]:
-        return tuple(getattr(self, name) for name in OUTPUTS)
+        return tuple(getattr(self, name) for name in STAGE_OUTPUTS)
 
 
-def _per_node(degree: sympy.Expr) -> sympy.Expr:
-    """``max(1, degree // devices at level 0)`` (lines 639-642; §10 item 13)."""
-    return Max(1, floor(degree / level_bound_0))
+def _weighed(terms: dict[str, sympy.Expr], dim: str, recomputed: bool) -> sympy.Expr:
+    """``Σ_count count · term(role)`` over the counts of *dim* in ``STAGE_TERMS``."""
+    return sympy.Add(*[count * terms.get(STAGE_TERMS[dim][count.name], sympy.Integer(0))
+                       for count in COUNT_SYMBOLS if count.name in STAGE_TERMS[dim]
+                       and (recomputed or count.name not in RECOMPUTE_COUNT_NAMES)])
 
 
-def _raw_sums(v: StageVariant) -> dict[str, sympy.Expr]:
-    """A stage's volumes before ``_stage_comm_time``: DP, TP, EP, CP, their recompute extras, and the reduced DP."""
-    counts = params.layer_counts(v.params, v.moe)
-    every_layer = n_embedding + n_output + n_body + n_extra + n_extra_sel
-    tp_plain = tp.layer_formula(v.moe, LayerType.NOT_REC_LAYER).expr.subs(mb, 1)
-    tp_selective = tp.layer_formula(v.moe, LayerType.SEL_REC_LAYER).expr.subs(mb, 1)
-    ep_layer = ep.layer_formula(v.routing).expr.subs(mb, 1)
-    cp_layer = cp.record_formulas(v.cp_algorithm, v.attention, linear=v.linear)["comm_volume"].expr
-
+def variant_key(v: StageVariant) -> str:
+    """A short identifier of the variant, for the names of its whole-stage formulas."""
+    fields = dict(pair for dim in ("dp", "tp", "ep", "cp") for pair in v.keys(dim))
     if v.fsdp:
-        layer_g, root_g, reduces = fsdp.rounds(v.reshards, v.shard_spans_cp)
-        layer_parts = fsdp.layer_parts(*counts)
-        emb_parts = fsdp.root_parts(fsdp.RootTable.EMBEDDING, tied=v.tied_embedding)
-        out_parts = fsdp.root_parts(fsdp.RootTable.OUTPUT)
-        dp_sum = (n_body * fsdp.parts_traffic(layer_parts, layer_g, reduces)
-                  + n_embedding * fsdp.parts_traffic(emb_parts, root_g, reduces)
-                  + n_output * fsdp.parts_traffic(out_parts, root_g, reduces))
-        reduced = (n_body * fsdp.parts_reduce_traffic(layer_parts, reduces)
-                   + n_embedding * fsdp.parts_reduce_traffic(emb_parts, reduces)
-                   + n_output * fsdp.parts_reduce_traffic(out_parts, reduces))
-    else:
-        dp_layer = dp.with_param_counts(dp.layer_formula(v.zero_non_exp, v.zero_exp, moe=v.moe), counts)
-        dp_sum = n_body * dp_layer
-        reduced = sympy.Integer(0)
-
-    def again(layer: LayerType) -> recompute.RecomputeFormulas:
-        return recompute.layer_formulas(layer, moe=v.moe, routing=v.routing, cp_algorithm=v.cp_algorithm,
-                                        attention=v.attention, linear=v.linear)
-
-    full, sel = again(LayerType.FULL_REC_LAYER), again(LayerType.SEL_REC_LAYER)
-    tp_sum = (every_layer - n_extra_sel) * tp_plain + n_extra_sel * tp_selective
-    ep_sum = every_layer * ep_layer
-    cp_sum = (n_body + n_extra + n_extra_sel) * cp_layer
-    return {
-        "dp": dp_sum, "tp": tp_sum, "ep": ep_sum, "cp": cp_sum, "reduced": reduced,
-        "tp_again": n_full_rec * full.tp.expr + n_sel_rec * sel.tp.expr,
-        "ep_again": n_full_rec * full.ep.expr + n_sel_rec * sel.ep.expr,
-        "cp_again": n_full_rec * full.cp.expr + n_sel_rec * sel.cp.expr,
-    }
-
-
-def _convert(v: StageVariant, dim: str, volume: sympy.Expr) -> sympy.Expr:
-    """``_stage_comm_time`` for one dimension (lines 627-663)."""
-    if v.time and dim in ("dp", "tp", "cp"):
-        # estimate_comm_score(volume, overlap=0) is linear in the volume (FORMULAS.md §9).
-        volume = volume * {"dp": score_factor_dp, "tp": score_factor_tp, "cp": score_factor_cp}[dim]
-    if dim == "tp":
-        volume = volume * _per_node(t) * (1 - comm_tp_overlap)
-    elif dim == "ep":
-        volume = volume * _per_node(ep_deg)  # EP is never scored on the TIME path (§10 item 12)
-    elif dim == "cp":
-        volume = volume * _per_node(cp_deg)
-    elif dim == "dp":
-        volume = volume * (1 - comm_dp_overlap)
-    if v.halve:
-        volume = volume / 2
-    return volume
+        fields.update(v.keys("dp", "embedding"))
+    return "_".join(fields.values())
 
 
 @functools.cache
 def stage_formulas(variant: StageVariant) -> StageFormulas:
-    """The closed forms of one pipeline stage for *variant* (built once per variant, then cached)."""
-    raw = _raw_sums(variant)
-    conv = {dim: _convert(variant, dim, raw[dim]) for dim in ("dp", "tp", "ep", "cp")}
-    again = {dim: _convert(variant, dim, raw[dim] + raw[f"{dim}_again"]) for dim in ("tp", "ep", "cp")}
-    unit = "score" if variant.time else "mixed"
-    key = variant.key
+    """The closed forms of one pipeline stage for *variant*: each output as ``Σ count · term`` (cached)."""
+    terms = stage_terms(variant)
+    key = variant_key(variant)
 
-    def f(name: str, expr: sympy.Expr, dimension: str, doc: str, unit: str = unit) -> Formula:
+    def f(name: str, expr: sympy.Expr, dimension: str, doc: str, unit: str = "mixed") -> Formula:
         return Formula(name=f"model_{key}_{name}", expr=expr, dimension=dimension, algorithm=key, unit=unit,
                        doc=doc, source=SOURCE)
 
-    total = conv["dp"] + conv["tp"] + conv["ep"] + conv["cp"]
-    total_again = conv["dp"] + again["tp"] + again["ep"] + again["cp"]
-    what = "converted as _stage_comm_time converts it (per-node multipliers, overlap, device halving)"
+    parts = {dim: _weighed(terms[dim], dim, False) for dim in STAGE_DIMENSIONS}
+    again = {dim: _weighed(terms[dim], dim, True) for dim in ("tp", "ep", "cp")}
+    what = "converted as _stage_comm_time converts it (per-node multipliers, overlap, device scale)"
     return StageFormulas(
-        dp=f("stage_dp", conv["dp"], "dp", f"DP volume of one stage per micro-batch, {what}; parameter counts "
-             "without FSDP, bytes with it (§10 item 11)."),
-        tp=f("stage_tp", conv["tp"], "tp", f"TP volume of one stage per micro-batch, {what}."),
-        ep=f("stage_ep", conv["ep"], "ep", f"EP bytes of one stage per micro-batch, {what}; never scored."),
-        cp=f("stage_cp", conv["cp"], "cp", f"CP bytes of one stage per micro-batch, {what}."),
-        total=f("stage_total", total, "model", "One stage's communication: DP + TP + EP + CP, each converted."),
+        dp=f("stage_dp", parts["dp"], "dp", f"DP volume of one stage per micro-batch, {what}; parameter counts "
+             "without FSDP, bytes with it (oddity 11)."),
+        tp=f("stage_tp", parts["tp"], "tp", f"TP volume of one stage per micro-batch, {what}."),
+        ep=f("stage_ep", parts["ep"], "ep", f"EP bytes of one stage per micro-batch, {what}; never scored."),
+        cp=f("stage_cp", parts["cp"], "cp", f"CP bytes of one stage per micro-batch, {what}."),
+        total=f("stage_total", sympy.Add(*parts.values()), "model",
+                "One stage's communication: DP + TP + EP + CP, each converted."),
         tp_recomputed=f("stage_tp_recomputed", again["tp"], "tp",
                         "TP of one stage with each recomputed layer's traffic added again, converted."),
         ep_recomputed=f("stage_ep_recomputed", again["ep"], "ep",
                         "EP of one stage with each recomputed layer's traffic added again, converted."),
         cp_recomputed=f("stage_cp_recomputed", again["cp"], "cp",
                         "CP of one stage with each recomputed layer's traffic added again, converted."),
-        total_recomputed=f("stage_total_recomputed", total_again, "model",
+        total_recomputed=f("stage_total_recomputed", parts["dp"] + sympy.Add(*again.values()), "model",
                            "One stage's communication with each recomputed layer's traffic added again "
                            "(the with_recomp sum; DP is not recomputed)."),
-        # reduce_share = dp_reduced / dp_unconverted (0 where DP is 0) is a ratio of these two; the
-        # division is left to the caller so that no Piecewise has to test a Piecewise for zero.
-        dp_unconverted=f("stage_dp_unconverted", raw["dp"], "dp",
+        dp_unconverted=f("stage_dp_unconverted", _weighed(terms["dp_unconverted"], "dp", False), "dp",
                          "DP volume of one stage per micro-batch before _stage_comm_time converts it.",
                          unit="bytes" if variant.fsdp else "params"),
-        dp_reduced=f("stage_dp_reduced", raw["reduced"], "fsdp",
+        dp_reduced=f("stage_dp_reduced", _weighed(terms["dp_reduced"], "dp", False), "fsdp",
                      "Bytes of the stage's FSDP traffic that the copies of a shard spend all-reducing it "
                      "(fsdp_reduce_traffic summed over its layers and tables; 0 without FSDP).", unit="bytes"),
     )
-
-
-#: The count symbols a stage formula is linear in, in a fixed order.
-COUNT_SYMBOLS: tuple[sympy.Symbol, ...] = (n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec,
-                                           n_sel_rec)
-
-#: The stage outputs a searcher ranks layouts by (the converted parts and totals).
-PRICED_OUTPUTS = ("dp", "tp", "ep", "cp", "total", "tp_recomputed", "ep_recomputed", "cp_recomputed",
-                  "total_recomputed")
 
 
 def per_layer_costs(expr: sympy.Expr, name: str) -> dict[str, sympy.Expr]:
@@ -268,33 +288,100 @@ def per_layer_costs(expr: sympy.Expr, name: str) -> dict[str, sympy.Expr]:
     return out
 
 
-@functools.cache
-def stage_coefficients(variant: StageVariant) -> dict[str, dict[str, Formula]]:
-    """The cost of one layer of each kind in a stage: ``∂output/∂count``, per priced output.
+# ---------------------------------------------------------------- the registered terms
 
-    Every priced stage output is linear in the layer counts (a sum over
-    layers, then scaled by the stage conversion), with no constant term, so
 
-        output = Σ_k count_k · coefficient_k
-
-    exactly. A searcher evaluates the coefficients once per layout — they do
-    not depend on which stage it is — and forms every stage's value as a dot
-    product with that stage's counts. Counts whose coefficient is 0 are left
-    out.
-
-    Raises:
-        ValueError: if an output is not linear in the counts (a bug in the assembly).
-    """
-    formulas = stage_formulas(variant)
-    out: dict[str, dict[str, Formula]] = {}
-    for name in PRICED_OUTPUTS:
-        f = getattr(formulas, name)
-        coefficients: dict[str, Formula] = {}
-        for count, coeff in per_layer_costs(f.expr, f.name).items():
-            coefficients[count] = Formula(
-                name=f"{f.name}_per_{count.removeprefix('n_')}", expr=coeff, dimension=f.dimension,
-                algorithm=f.algorithm, unit=f.unit,
-                doc=f"{f.name} per layer counted by {count}: the cost one such layer adds to its stage.",
-                source=f.source)
-        out[name] = coefficients
+def _variants() -> list[StageVariant]:
+    """One variant per combination of the fields any term depends on (the others at their first value)."""
+    out = []
+    for att in Attention:
+        for algo in CpAlgorithm:
+            for linear in (False, True):
+                out.append(StageVariant(att, params.AttentionParams.STANDARD, False, algo, linear,
+                                        ep.Routing.BALANCED, False))
+    for routing in ep.Routing:
+        out.append(StageVariant(Attention.MHA, params.AttentionParams.STANDARD, False, CpAlgorithm.COLOSSALAI,
+                                False, routing, False))
+    for layout in params.AttentionParams:
+        for moe in (False, True):
+            for fsdp_on, tied in ((False, False), (True, False), (True, True)):
+                out.append(StageVariant(Attention.MHA, layout, moe, CpAlgorithm.COLOSSALAI, False,
+                                        ep.Routing.BALANCED, fsdp_on, tied))
     return out
+
+
+_ROLE_DOCS = {
+    "layer": "one layer of the kinds STAGE_TERMS weighs as a plain layer",
+    "selective_layer": "one selective-recompute layer past n_lay (MTP)",
+    "full_again": "what one fully recomputed layer adds again (the with_recomp sum)",
+    "selective_again": "what one selectively recomputed layer adds again (the with_recomp sum)",
+    "embedding": "the embedding table",
+    "output": "the output layer's table",
+}
+
+_OUTPUT_DOCS = {
+    "dp": ("DP volume", "converted as _stage_comm_time converts it; parameter counts without FSDP, bytes with it"),
+    "tp": ("TP volume", "converted as _stage_comm_time converts it; elements (dense) or bytes (MoE)"),
+    "ep": ("EP bytes", "converted as _stage_comm_time converts it"),
+    "cp": ("CP bytes", "converted as _stage_comm_time converts it"),
+    "dp_unconverted": ("DP volume", "before _stage_comm_time converts it"),
+    "dp_reduced": ("FSDP all-reduce bytes", "the part of the FSDP traffic copies of a shard spend all-reducing it"),
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    """A registered stage term and where it sits: ``formula.variant`` holds the same as data."""
+
+    output: str
+    role: str
+    keys: tuple[tuple[str, str], ...]
+    formula: Formula
+
+
+def _term_name(output: str, role: str, keys: tuple[tuple[str, str], ...]) -> str:
+    return "_".join(["stage", output, *(value for _, value in keys), role])
+
+
+def _build() -> tuple[tuple[Term, ...], tuple[Formula, ...]]:
+    terms: dict[str, Term] = {}
+    for v in _variants():
+        for output, by_role in stage_terms(v).items():
+            for role, expr in by_role.items():
+                keys = v.keys(output, role)
+                name = _term_name(output, role, keys)
+                if name in terms:
+                    if terms[name].formula.expr != expr:  # a term depends on a field its keys leave out
+                        raise ValueError(f"stage term {name}: differs between variants with the same keys")
+                    continue
+                what, how = _OUTPUT_DOCS[output]
+                unit = "mixed" if output in STAGE_DIMENSIONS else ("params" if output == "dp_unconverted"
+                                                                  and not v.fsdp else "bytes")
+                formula = Formula(
+                    name=name, expr=expr, dimension="stage", algorithm="_".join(value for _, value in keys),
+                    unit=unit, doc=f"{what} that {_ROLE_DOCS[role]} adds to its pipeline stage per micro-batch, "
+                                   f"{how}.",
+                    source=SOURCE, variant=(("output", output), ("role", role), *keys))
+                terms[name] = Term(output, role, keys, formula)
+    slopes = []
+    for term in terms.values():
+        if term.output not in STAGE_DIMENSIONS:
+            continue
+        for x in DEGREES:
+            expr = derivative_expr(term.formula.expr, x)
+            if expr != 0:
+                f = term.formula
+                slopes.append(Formula(
+                    name=f"{f.name}__d_{x}", expr=expr, dimension="stage_slope", algorithm=f.algorithm,
+                    unit="derivative", doc=f"∂/∂{x} of {f.name} (almost everywhere; derived fields held): "
+                                           f"{f.doc[0].lower()}{f.doc[1:]}",
+                    source=f"{f.source}; differentiated by symbolic.sensitivity", variant=(*f.variant, ("wrt", x))))
+    return tuple(terms.values()), tuple(slopes)
+
+
+TERMS, _SLOPES = _build()
+
+#: The derivatives of the converted terms in each degree of ``symbolic.sensitivity.DEGREES`` (nonzero ones).
+SLOPES: tuple[Formula, ...] = _SLOPES
+
+FORMULAS: tuple[Formula, ...] = (*(term.formula for term in TERMS), *SLOPES)

@@ -31,7 +31,6 @@ unstated bias counts 0 and an unstated ``layer_norms`` makes the norm count
 
 from __future__ import annotations
 
-import enum
 from typing import NamedTuple
 
 import sympy
@@ -40,6 +39,7 @@ from sympy import Max, Ne, Piecewise
 from .attention import head_width
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import AttentionParams, attention_variant
 
 __all__ = ["AttentionParams", "attention_variant", "ParamCounts", "ParamFormulas", "layer_counts",
            "layer_formulas", "FORMULAS"]
@@ -53,24 +53,6 @@ hff, hff_exp, n_exp, n_shared_exp, etp = syms("hff", "hff_exp", "n_exp", "n_shar
 
 SOURCE = "published version of memory_estimation/evaluators (body.py, layer_block.py)"
 _QUARTER = sympy.Rational(1, 4)
-
-
-class AttentionParams(enum.Enum):
-    """How a layer's attention weights are laid out, as the parameter count distinguishes them."""
-
-    #: Separate Q, K, V and O projections (MHA, GQA, MQA): ``dc_kv = 0``.
-    STANDARD = "standard"
-    #: MLA whose queries go through a latent of rank ``dc_q`` (``dc_q ≠ 0``).
-    MLA_Q_LATENT = "mla_q_latent"
-    #: MLA whose queries are projected directly (``dc_q = 0``).
-    MLA_Q_DIRECT = "mla_q_direct"
-
-
-def attention_variant(*, dc_kv: float, dc_q: float) -> AttentionParams:
-    """The layout the original's branches pick: ``dc_kv == 0`` is standard, else MLA by ``dc_q``'s truthiness."""
-    if dc_kv == 0:
-        return AttentionParams.STANDARD
-    return AttentionParams.MLA_Q_LATENT if dc_q else AttentionParams.MLA_Q_DIRECT
 
 
 class ParamCounts(NamedTuple):

@@ -34,7 +34,8 @@ from . import cp, ep, tp
 from .attention import Attention
 from .formula import Formula
 from .symbols import syms
-from .tp import LayerType, parse_layer_type
+from .vocabulary import LayerType, parse_layer_type
+from .vocabulary import CpAlgorithm
 
 __all__ = ["RecomputeFormulas", "is_full", "layer_formulas", "FORMULAS"]
 
@@ -60,7 +61,7 @@ def is_full(layer: LayerType | str) -> bool:
 def _cp_variants() -> dict[str, Formula]:
     """The CP record's comm_volume formulas by name, one per distinct variant."""
     out: dict[str, Formula] = {}
-    for algorithm in cp.CpAlgorithm:
+    for algorithm in CpAlgorithm:
         for attention in Attention:
             for linear in (False, True):
                 f = cp.record_formulas(algorithm, attention, linear=linear)["comm_volume"]
@@ -144,7 +145,7 @@ _TP_AGAIN, _EP_AGAIN, _CP_AGAIN = _build()
 
 
 def layer_formulas(layer: LayerType | str, *, moe: bool, routing: ep.Routing | str = ep.Routing.BALANCED,
-                   cp_algorithm: cp.CpAlgorithm = cp.CpAlgorithm.COLOSSALAI, attention: Attention = Attention.MHA,
+                   cp_algorithm: CpAlgorithm = CpAlgorithm.COLOSSALAI, attention: Attention = Attention.MHA,
                    linear: bool = False) -> RecomputeFormulas:
     """[TP, EP, CP] formulas of ``_recomputed_comm`` for one layer variant.
 

@@ -60,10 +60,9 @@ import sympy
 from .formula import Formula
 from .symbols import SPECS, symbol
 
-__all__ = ["DEGREES", "derivative", "derivative_expr", "elasticity", "elasticity_expr", "split_derivative"]
+__all__ = ["derivative", "derivative_expr", "elasticity", "elasticity_expr", "split_derivative"]
 
 #: The parallel degrees and sizes a layout's sensitivity is taken over (all declared symbols).
-DEGREES: tuple[str, ...] = ("t", "cp", "ep", "d", "p", "m", "b", "s")
 
 #: Node types a derivative must never contain: what ``sympy.diff`` leaves for non-smooth nodes.
 FORBIDDEN = (sympy.Derivative, sympy.Subs, sympy.Heaviside, sympy.DiracDelta)

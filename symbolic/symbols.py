@@ -22,11 +22,15 @@ SymPy uses the assumptions while it builds and simplifies: ``Max(1, t)`` with
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from types import MappingProxyType
 from typing import Mapping
 
-import sympy
+
+if TYPE_CHECKING:  # pragma: no cover
+    import sympy
 
 __all__ = ["SymbolSpec", "SPECS", "symbol", "spec", "syms"]
 
@@ -170,6 +174,15 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("n_extra_sel", "nonnegative_integer", "layers", "body layers past n_lay (MTP) that are selective-recompute"),
     ("n_full_rec", "nonnegative_integer", "layers", "fully recomputed layers of the stage"),
     ("n_sel_rec", "nonnegative_integer", "layers", "selectively recomputed layers of the stage"),
+    # Variant choices as numeric switches, so that one stage evaluator covers them all.
+    ("zero2_non_exp", "nonnegative_integer", "1", "1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0"),
+    ("zero3_non_exp", "nonnegative_integer", "1", "1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0"),
+    ("zero2_exp", "nonnegative_integer", "1", "1 where comm_d_exp selects ZeRO-2 (the value 2), else 0"),
+    ("zero3_exp", "nonnegative_integer", "1", "1 where comm_d_exp selects ZeRO-3 (the value 3), else 0"),
+    ("reshards", "nonnegative_integer", "1", "1 where FSDP frees gathered parameters after each pass, else 0"),
+    ("shard_spans_cp", "nonnegative_integer", "1", "1 where the stated FSDP shard already spans CP, else 0"),
+    ("stage_cost_scale", "positive", "1", "factor the original applies to every stage dimension on a device "
+                                          "(1; 1/2 on A3: the system file's original_stage_cost_scale)"),
     ("score_factor_dp", "nonnegative", "score/volume", "level score of a unit DP volume (TIME path)"),
     ("score_factor_tp", "nonnegative", "score/volume", "level score of a unit TP volume (TIME path)"),
     ("score_factor_cp", "nonnegative", "score/volume", "level score of a unit CP volume (TIME path)"),
@@ -181,20 +194,29 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-def _build() -> tuple[Mapping[str, SymbolSpec], Mapping[str, sympy.Symbol]]:
+def _specs() -> Mapping[str, SymbolSpec]:
     specs: dict[str, SymbolSpec] = {}
-    symbols: dict[str, sympy.Symbol] = {}
     for name, kind, unit, meaning in _TABLE:
         if not name.isidentifier():
             raise ValueError(f"symbol name {name!r} is not a Python identifier")
         if name in specs:
             raise ValueError(f"symbol {name!r} is declared twice")
+        if kind not in _KINDS:
+            raise ValueError(f"symbol {name!r}: unknown kind {kind!r}")
         specs[name] = SymbolSpec(name, meaning, unit, kind)
-        symbols[name] = sympy.Symbol(name, **_KINDS[kind])
-    return MappingProxyType(specs), MappingProxyType(symbols)
+    return MappingProxyType(specs)
 
 
-SPECS, _SYMBOLS = _build()
+#: Every symbol's declaration, by name. Plain data: the SymPy-free run time checks inputs against it.
+SPECS = _specs()
+
+
+@functools.cache
+def _symbols() -> Mapping[str, sympy.Symbol]:
+    # SymPy is imported on the first symbol asked for, so that SPECS costs nothing.
+    import sympy
+
+    return MappingProxyType({name: sympy.Symbol(name, **_KINDS[s.kind]) for name, s in SPECS.items()})
 
 
 def symbol(name: str) -> sympy.Symbol:
@@ -204,9 +226,9 @@ def symbol(name: str) -> sympy.Symbol:
         KeyError: naming the unknown symbol.
     """
     try:
-        return _SYMBOLS[name]
+        return _symbols()[name]
     except KeyError:
-        raise KeyError(f"unknown symbol {name!r}; known: {', '.join(sorted(_SYMBOLS))}") from None
+        raise KeyError(f"unknown symbol {name!r}; known: {', '.join(sorted(SPECS))}") from None
 
 
 def spec(name: str) -> SymbolSpec:

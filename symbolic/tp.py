@@ -30,14 +30,14 @@ walk (§10 item 16).
 
 from __future__ import annotations
 
-import enum
 
 import sympy
 
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import LayerType, parse_layer_type
 
-__all__ = ["LayerType", "parse_layer_type", "kept_factor", "layer_volume", "layer_formula", "FORMULAS"]
+__all__ = ["kept_factor", "layer_volume", "layer_formula", "FORMULAS"]
 
 s, b, h, hff, hff_exp, cp, ep, mb = syms("s", "b", "h", "hff", "hff_exp", "cp", "ep", "mb")
 n_gather, n_attMM, n_ffMM, n_exp, n_shared_exp = syms("n_gather", "n_attMM", "n_ffMM", "n_exp", "n_shared_exp")
@@ -45,31 +45,6 @@ comm_t, bytes_compute, gather = syms("comm_t", "bytes_compute", "gather")
 
 SOURCE = "published version of memory_estimation/evaluators/comm.py"
 _QUARTER = sympy.Rational(1, 4)
-
-
-class LayerType(enum.Enum):
-    """The original's ``LayerType`` node labels, as the reference cases spell them."""
-
-    EMBEDDING_LAYER = "EMBEDDING_LAYER"
-    OUTPUT_LAYER = "OUTPUT_LAYER"
-    NOT_REC_LAYER = "NOT_REC_LAYER"
-    FULL_REC_LAYER = "FULL_REC_LAYER"
-    SEL_REC_LAYER = "SEL_REC_LAYER"
-
-
-def parse_layer_type(name: object, field: str = "ctx_current_node") -> LayerType:
-    """The layer type called *name*.
-
-    Raises:
-        ValueError: naming *field* and the value when it is no layer type.
-    """
-    if isinstance(name, LayerType):
-        return name
-    try:
-        return LayerType(str(name).upper())
-    except ValueError:
-        known = ", ".join(x.value for x in LayerType)
-        raise ValueError(f"{field}: unknown layer type {name!r}; expected one of {known}") from None
 
 
 def kept_factor(node: LayerType) -> sympy.Expr:

@@ -38,7 +38,8 @@ from typing import Callable, NamedTuple
 from . import cp, dp, ep, fsdp, params, recompute, registry, score, tp
 from .attention import Attention, parse_attention
 from .formula import Formula
-from .tp import LayerType, parse_layer_type
+from .vocabulary import LayerType, parse_layer_type
+from .vocabulary import CpAlgorithm, resolve_algorithm
 
 __all__ = ["Variant", "Family", "FAMILIES", "OPTION_FLAGS", "resolve"]
 
@@ -93,11 +94,11 @@ class _Reader:
     def flag(self, name: str) -> bool:
         return bool(self._get(name))
 
-    def algorithm(self) -> cp.CpAlgorithm:
+    def algorithm(self) -> CpAlgorithm:
         value = self._get("algo")
         if value is None:
-            raise self._needs("algo", "one of " + ", ".join(a.value for a in cp.CpAlgorithm))
-        return cp.resolve_algorithm(value)
+            raise self._needs("algo", "one of " + ", ".join(a.value for a in CpAlgorithm))
+        return resolve_algorithm(value)
 
     def attention(self) -> Attention:
         value = self._get("attention")

@@ -18,8 +18,9 @@ from symbolic import cp, registry
 from symbolic.attention import Attention, detect_attention, parse_attention
 from symbolic.formula import Formula
 from symbolic.symbols import symbol
+from symbolic.vocabulary import CpAlgorithm, resolve_algorithm
 
-ALL_VARIANTS = [(algo, att, lin) for algo in cp.CpAlgorithm for att in Attention for lin in (False, True)]
+ALL_VARIANTS = [(algo, att, lin) for algo in CpAlgorithm for att in Attention for lin in (False, True)]
 
 BASE = dict(s=8192, b=2, h=4096, a=32, n_kv=8, dh=128, dhr=64, t=2, cp=4, bytes_compute=2,
             device_per_node=8, bw_intra=300.0, bw_inter=25.0)
@@ -38,14 +39,14 @@ def test_cp_one_moves_nothing_in_the_record(algo, att, linear):
 
 
 @pytest.mark.parametrize("att", list(Attention))
-@pytest.mark.parametrize("algo", list(cp.CpAlgorithm))
+@pytest.mark.parametrize("algo", list(CpAlgorithm))
 def test_cp_one_no_traffic_for_softmax_attention(algo, att):
     assert _eval(cp.traffic_formula(algo, att), cp=1) == 0.0
 
 
 @pytest.mark.parametrize("att", list(Attention))
 def test_ulysses_volume_scales_as_cp_minus_one_over_cp_squared(att):
-    f = cp.traffic_formula(cp.CpAlgorithm.ULYSSES, att)
+    f = cp.traffic_formula(CpAlgorithm.ULYSSES, att)
     v2 = _eval(f, cp=2)
     for degree in (4, 8, 16, 64):
         expected = v2 * ((degree - 1) / degree**2) / (1 / 4)
@@ -54,8 +55,8 @@ def test_ulysses_volume_scales_as_cp_minus_one_over_cp_squared(att):
 
 @pytest.mark.parametrize("att", list(Attention))
 def test_ring_volume_same_for_colossalai_and_hybrid(att):
-    a = cp.traffic(cp.CpAlgorithm.COLOSSALAI, att)
-    b = cp.traffic(cp.CpAlgorithm.HYBRID, att)
+    a = cp.traffic(CpAlgorithm.COLOSSALAI, att)
+    b = cp.traffic(CpAlgorithm.HYBRID, att)
     assert sympy.simplify(a - b) == 0
     inputs = {**BASE, "dc_kv": 512 if att is Attention.MLA else 0}
     outs = {name: cp_adapters.ADAPTERS["cp_traffic"]({**inputs, "algo": name})
@@ -64,22 +65,22 @@ def test_ring_volume_same_for_colossalai_and_hybrid(att):
 
 
 def test_linear_state_is_independent_of_s_b_cp():
-    f = cp.traffic_formula(cp.CpAlgorithm.COLOSSALAI, Attention.GQA, linear=True)
+    f = cp.traffic_formula(CpAlgorithm.COLOSSALAI, Attention.GQA, linear=True)
     assert not ({"s", "b", "cp"} & set(f.arguments))
     # 2 directions x (a/t) heads x dh^2 state x 4 bytes, by hand.
     assert _eval(f) == 2 * (32 / 2) * 128 * 128 * 4
 
 
 def test_ulysses_is_checked_before_linear_attention():
-    lin = cp.traffic_formula(cp.CpAlgorithm.ULYSSES, Attention.GQA, linear=True)
-    assert lin is cp.traffic_formula(cp.CpAlgorithm.ULYSSES, Attention.GQA)
+    lin = cp.traffic_formula(CpAlgorithm.ULYSSES, Attention.GQA, linear=True)
+    assert lin is cp.traffic_formula(CpAlgorithm.ULYSSES, Attention.GQA)
 
 
 def test_ring_gqa_by_hand():
     # all-gather K and V forward + reduce-scatter backward: 2 * (cp-1)/cp * s*b * 2*W * bytes, W = n_kv*dh/t
     w = 8 * 128 / 2
     want = 2 * (4 - 1) / 4 * 8192 * 2 * 2 * w * 2
-    assert_close(_eval(cp.traffic_formula(cp.CpAlgorithm.COLOSSALAI, Attention.GQA)), want, rtol=1e-15)
+    assert_close(_eval(cp.traffic_formula(CpAlgorithm.COLOSSALAI, Attention.GQA)), want, rtol=1e-15)
 
 
 def test_topology_blend_by_hand():
@@ -91,8 +92,8 @@ def test_topology_blend_by_hand():
 
 
 def test_mqa_is_gqa_with_one_kv_head():
-    gqa = cp.traffic(cp.CpAlgorithm.COLOSSALAI, Attention.GQA).subs(symbol("n_kv"), 1)
-    mqa = cp.traffic(cp.CpAlgorithm.COLOSSALAI, Attention.MQA)
+    gqa = cp.traffic(CpAlgorithm.COLOSSALAI, Attention.GQA).subs(symbol("n_kv"), 1)
+    mqa = cp.traffic(CpAlgorithm.COLOSSALAI, Attention.MQA)
     assert sympy.simplify(gqa - mqa) == 0
     assert Attention.MQA.label == "gqa"
 
@@ -124,7 +125,7 @@ def test_evaluator_equals_exact_substitution(draws, formula):
 
 
 def test_evaluator_broadcasts_arrays():
-    f = cp.traffic_formula(cp.CpAlgorithm.ULYSSES, Attention.MLA)
+    f = cp.traffic_formula(CpAlgorithm.ULYSSES, Attention.MLA)
     cps = np.array([1, 2, 4, 8])
     out = evaluator(f.name)(**{**{k: BASE[k] for k in f.arguments}, "cp": cps})
     assert out.shape == (4,)
@@ -143,7 +144,7 @@ def test_evaluator_broadcasts_arrays():
     ("dh", -1, "dh: must be >= 0"),
 ])
 def test_bad_values_name_the_field(field, value, fragment):
-    f = cp.traffic_formula(cp.CpAlgorithm.ULYSSES, Attention.GQA)
+    f = cp.traffic_formula(CpAlgorithm.ULYSSES, Attention.GQA)
     values = {k: BASE[k] for k in f.arguments}
     values[field] = value
     with pytest.raises(InputError, match=fragment):
@@ -152,13 +153,13 @@ def test_bad_values_name_the_field(field, value, fragment):
 
 def test_unknown_algorithm_and_attention_are_rejected():
     with pytest.raises(ValueError, match="cp_algo: unknown CP algorithm 'ring_attention_v2'"):
-        cp.resolve_algorithm("ring_attention_v2")
+        resolve_algorithm("ring_attention_v2")
     with pytest.raises(ValueError, match="attention: unknown attention type 'sparse'"):
         parse_attention("sparse")
     # The check reproduces the original's silent fallback instead.
-    assert cp.resolve_algorithm("ring_attention_v2", lenient=True) is cp.CpAlgorithm.COLOSSALAI
-    assert cp.resolve_algorithm(0.0, lenient=True) is cp.CpAlgorithm.COLOSSALAI
-    assert cp.resolve_algorithm("hybird_cp") is cp.CpAlgorithm.HYBRID
+    assert resolve_algorithm("ring_attention_v2", lenient=True) is CpAlgorithm.COLOSSALAI
+    assert resolve_algorithm(0.0, lenient=True) is CpAlgorithm.COLOSSALAI
+    assert resolve_algorithm("hybird_cp") is CpAlgorithm.HYBRID
 
 
 def test_record_with_no_heads_raises_like_the_original():

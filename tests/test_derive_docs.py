@@ -10,7 +10,7 @@ import pytest
 import sympy
 from sympy import Min, Ne, Piecewise, Rational
 
-from codegen.reference.adapters.model import COUNT_NAMES
+from symbolic.vocabulary import STAGE_COUNT_NAMES
 from codegen.cli import main
 from codegen.cli.derive import STAGE_NAMES
 from codegen.docs import DOCS_PATH, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
@@ -160,16 +160,15 @@ def test_closed_form_keeps_the_value_and_never_grows():
 
 
 def test_collect_linear_lays_a_stage_out_by_layer_kind():
-    from codegen.reference.adapters.fields import Fields
-    from codegen.reference.adapters.model import variant_of
+    from codegen.pricing.stages import Fields, variant_of
     from codegen.configs.layouts import derive_fields, parse_layout
     from codegen.configs.models import load_model
-    from symbolic.model import stage_formulas
+    from symbolic.model import StageVariant, stage_formulas
 
     cfg = load_model("llama2-7b")
-    variant = variant_of(Fields(derive_fields(cfg, parse_layout("", cfg.layout))), "A2")
+    variant = StageVariant.from_data(variant_of(Fields(derive_fields(cfg, parse_layout("", cfg.layout)))))
     total = stage_formulas(variant).total.expr
-    counts = syms(*COUNT_NAMES)
+    counts = syms(*STAGE_COUNT_NAMES)
     laid_out = closed_form(total, linear_in=counts)
     assert isinstance(laid_out, sympy.Add)
     first_factors = [term.args[0] for term in laid_out.args]

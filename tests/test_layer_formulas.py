@@ -10,15 +10,15 @@ import sympy
 
 from codegen.reference.adapters import ADAPTERS
 from codegen.reference.adapters import ep as ep_adapter
-from codegen.reference.adapters.fields import Fields
+from codegen.pricing.stages import Fields
 from codegen.reference.adapters.params import param_counts
 from codegen.kernels import evaluator
 from conftest import CASES, assert_close
 from symbolic import dp, ep, legacy, params, recompute, tp
 from symbolic.attention import Attention
-from symbolic.cp import CpAlgorithm
+from symbolic.vocabulary import CpAlgorithm
 from symbolic.symbols import SPECS, symbol
-from symbolic.tp import LayerType
+from symbolic.vocabulary import LayerType
 
 MODULE_FORMULAS = [f for m in (params, dp, tp, ep, legacy, recompute) for f in m.FORMULAS]
 

@@ -15,10 +15,10 @@ import re
 import numpy as np
 import pytest
 
-from codegen.reference.adapters.model import COUNT_NAMES, stage_counts
+from codegen.pricing.stages import stage_counts
+from symbolic.vocabulary import STAGE_COUNT_NAMES
 from codegen.configs.layouts import (
     LAYOUT_CONSTRAINTS,
-    STAGE_COUNT_NAMES,
     WHOLE_DP_GROUP,
     Layout,
     LayoutBatch,
@@ -243,7 +243,7 @@ def test_from_arrays_follows_parse_layout():
     ({"p": [True, False]}, "p: expected whole numbers, got bool values"),
     ({"d": [[1, 2], [3, 4]]}, "d: expected one value per layout (a one-dimensional array), got shape (2, 2)"),
     ({"d": [1, 2, 4], "t": [1, 2]}, "t: 2 values, but d has 3"),
-    ({"d": [1, 2], "cp_algo": "ring"}, "cp_algo: must be one of colossalai_cp, hybrid_cp, ulysses_cp, got 'ring'"),
+    ({"d": [1, 2], "cp_algo": "ring_v2"}, "cp_algo: unknown CP algorithm 'ring_v2'; expected one of colossalai_cp, hybrid_cp, ulysses_cp, hybird_cp, colossalai, ring, hybrid, ulysses"),
     ({"d": [1, 2], "sp": 1}, "sp: must be true or false, got 1"),
     ({"d": [1, 2], "recompute": "most"}, "--recompute: expected full, selective, none"),
 ])
@@ -303,8 +303,8 @@ def _plans(model: ModelConfig, p: int, vp: int, rng: np.random.Generator, offset
 def _assert_counts_equal(model: ModelConfig, layout: Layout) -> None:
     want = stage_counts(build_stages(model, layout), model.n_lay)
     got = pipeline_stage_counts(model, layout.p, layout.vp, recompute=layout.recompute, offset=layout.offset)
-    assert tuple(got) == STAGE_COUNT_NAMES == COUNT_NAMES
-    for name in COUNT_NAMES:
+    assert tuple(got) == STAGE_COUNT_NAMES
+    for name in STAGE_COUNT_NAMES:
         assert got[name].shape == (layout.p,) and got[name].dtype == np.float64
         assert np.array_equal(got[name], want[name]), f"{layout} {layout.recompute}: {name} {got[name]} != {want[name]}"
 

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from codegen.reference.adapters.model import evaluate_stages, stage_counts
+from codegen.pricing.stages import stage_counts
+from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
 from codegen.configs.layouts import build_stages, derive_fields, parse_layout
 from codegen.configs.models import load_model

@@ -20,13 +20,7 @@ from pathlib import Path
 import pytest
 
 from codegen.configs.layouts import (
-    BODY_KINDS,
-    EMBEDDING_LAYER,
-    FULL_REC_LAYER,
-    NOT_REC_LAYER,
     ORIGINAL_CP_NETWORK,
-    OUTPUT_LAYER,
-    SEL_REC_LAYER,
     Layout,
     LayoutError,
     RecomputePlan,
@@ -40,6 +34,9 @@ from codegen.configs.layouts import (
 )
 from codegen.configs.models import ModelConfig, ModelConfigError, load_model, model_names
 from conftest import CASES, ROOT
+from symbolic.vocabulary import BODY_KINDS, LayerType
+
+EMBEDDING_LAYER, OUTPUT_LAYER, NOT_REC_LAYER, FULL_REC_LAYER, SEL_REC_LAYER = (kind.value for kind in LayerType)
 
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 SHARED_QWEN = SHARED_MODELS / "hyper_qwen3_72b.yaml"
@@ -286,7 +283,7 @@ def test_parse_layout_over_model_defaults():
     ("d=32,t,p=8,m=1", "layout item 't': expected key=value"),
     ("d=32,t=4,p=8", "lacks m"),
     ("d=32,t=4,p=8,m=1,sp=2", "layout sp: expected 0 or 1, got '2'"),
-    ("d=32,t=4,p=8,m=1,cp_algo=ring", "cp_algo: must be one of colossalai_cp, hybrid_cp, ulysses_cp, got 'ring'"),
+    ("d=32,t=4,p=8,m=1,cp_algo=ring_v2", "cp_algo: unknown CP algorithm 'ring_v2'; expected one of colossalai_cp, hybrid_cp, ulysses_cp, hybird_cp, colossalai, ring, hybrid, ulysses"),
 ])
 def test_parse_layout_errors_name_key_and_value(text, message):
     with pytest.raises(LayoutError, match=re.escape(message)):

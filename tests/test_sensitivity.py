@@ -14,13 +14,14 @@ import sympy
 
 from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
-from codegen.cli.sensitivity import Settings, sensitivity, stage_derivatives
+from codegen.pricing.sensitivity import Settings, sensitivity, stage_derivatives
 from codegen.kernels import formula_functions
 from codegen.configs.layouts import build_stages, derive_fields, parse_layout
 from codegen.configs.models import load_model
 from symbolic import registry
 from symbolic.formula import Formula
-from symbolic.sensitivity import (DEGREES, FORBIDDEN, derivative, derivative_expr, elasticity, elasticity_expr,
+from symbolic.vocabulary import DEGREES
+from symbolic.sensitivity import (FORBIDDEN, derivative, derivative_expr, elasticity, elasticity_expr,
                                   split_derivative)
 from symbolic.symbols import SPECS, syms
 
@@ -191,9 +192,13 @@ def test_split_derivative_relaxes_counts_as_one_over_p():
 # --------------------------------------------------------------------------- the model-level analysis
 
 
-def _inputs(model_name: str, text: str, settings: Settings, **overrides):
+def _model_layout(model_name: str, text: str, settings: Settings):
     model = load_model(model_name)
-    layout = parse_layout(text, model.layout, fsdp=True if settings.fsdp else None, recompute=settings.recompute)
+    return model, parse_layout(text, model.layout, fsdp=True if settings.fsdp else None, recompute=settings.recompute)
+
+
+def _inputs(model_name: str, text: str, settings: Settings, **overrides):
+    model, layout = _model_layout(model_name, text, settings)
     inputs = {**derive_fields(model, layout), "stages": build_stages(model, layout), "device": settings.device,
               "ttype": settings.ttype}
     inputs.update(overrides)
@@ -217,7 +222,7 @@ MODEL_CASES = [
 @pytest.mark.parametrize("model_name,text,settings,degrees", MODEL_CASES)
 def test_model_derivative_matches_finite_difference_with_held_fields(model_name, text, settings, degrees):
     inputs = _inputs(model_name, text, settings)
-    totals, slopes = stage_derivatives(inputs, settings, degrees)
+    totals, slopes = stage_derivatives(*_model_layout(model_name, text, settings), settings, degrees)
     np.testing.assert_allclose(totals, _totals(inputs, settings), rtol=1e-12)
     if settings.fsdp:
         assert np.any(slopes["d"] != 0) and np.any(slopes["m"] != 0)  # the FD check below is not vacuous
@@ -238,13 +243,14 @@ def test_pipeline_derivative_is_the_body_share_over_p():
     # Linear in the layer counts, with the body counts ∝ 1/p: dV/dp = -(V - V_without_body)/p.
     settings = Settings()
     inputs = _inputs("qwen3-72b", "d=16,t=2,p=8,cp=2,m=64", settings)
-    totals, slopes = stage_derivatives(inputs, settings, ["p"])
+    model, layout = _model_layout("qwen3-72b", "d=16,t=2,p=8,cp=2,m=64", settings)
+    totals, slopes = stage_derivatives(model, layout, settings, ["p"])
     roots_only = [[[layer for layer in chunk if layer in ("EMBEDDING_LAYER", "OUTPUT_LAYER")] for chunk in stage]
                   for stage in inputs["stages"]]
     without_body = _totals({**inputs, "stages": roots_only}, settings)
     np.testing.assert_allclose(slopes["p"], -(totals - without_body) / inputs["p"], rtol=1e-12)
     # The sum over stages holds the same layers for every p: no count effect is left.
-    _, summed = stage_derivatives(inputs, Settings(objective="sum"), ["p"])
+    _, summed = stage_derivatives(model, layout, Settings(objective="sum"), ["p"])
     np.testing.assert_array_equal(summed["p"], 0.0)
 
 

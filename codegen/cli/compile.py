@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
-from ..docs import DOCS_PATH, check_formulas_doc, write_formulas_doc
 
 __all__ = ["register", "run"]
 
@@ -19,13 +17,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "docs/formulas.md. Writes atomically and removes stale files; --check only "
                                    "compares.")
     p.add_argument("--out", metavar="DIR", type=Path, default=None,
-                   help=f"output directory (default: {DEFAULT_DIRECTORY.name}/ beside codegen/)")
+                   help="output directory (default: generated/ beside codegen/)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 with a unified diff when DIR differs from what would be written")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    # The compiler needs SymPy; it loads here, not when the command line is parsed.
+    from ..compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
+    from ..docs import DOCS_PATH, check_formulas_doc, write_formulas_doc
+
     directory = args.out if args.out is not None else DEFAULT_DIRECTORY
     # The formula reference belongs to the repository's own tree: only with the default output.
     with_docs = args.out is None

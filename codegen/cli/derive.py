@@ -4,7 +4,7 @@
 ``EvalLayerComm.tp_comm_layer``, …) resolved for the variant the options choose
 (``symbolic.variants``). ``--model`` derives a pipeline stage's output for the
 variant a bundled model and a layout select, built as ``symcost eval`` builds it
-(``codegen.configs.layouts.derive_fields`` then ``codegen.reference.adapters.model.variant_of``) and
+(``codegen.configs.layouts.derive_fields`` then ``codegen.pricing.stages.variant_of``) and
 laid out as Σ layer count × per-layer cost. Closed forms go through the cheap
 passes of ``symbolic.simplify`` only; printed as text, LaTeX or Markdown
 (``codegen.docs``).
@@ -15,26 +15,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import sympy
+from typing import TYPE_CHECKING
 
-from symbolic import model as stage_model
-from symbolic import registry
-from symbolic.formula import Formula
-from symbolic.simplify import closed_form
-from symbolic.symbols import SPECS, syms
-from symbolic.variants import FAMILIES, OPTION_FLAGS, Variant, resolve
+from symbolic.vocabulary import STAGE_COUNT_NAMES, STAGE_OUTPUTS
 
-from ..reference.adapters.fields import Fields
-from ..reference.adapters.model import COUNT_NAMES, variant_of
-from ..docs import formula_context, latex, render_sections, text
-from ..configs.layouts import derive_fields, parse_layout
-from ..configs.models import load_model
+if TYPE_CHECKING:  # pragma: no cover
+    import sympy
+
+    from symbolic.formula import Formula
+    from symbolic.variants import Variant
 
 __all__ = ["register", "run", "STAGE_NAMES"]
 
 #: Names that stand for a stage output of a model (they need ``--model``): ``stage_<output>`` for each
-#: output of ``symbolic.model.OUTPUTS``, and the original's stage functions (their total).
-STAGE_NAMES: tuple[str, ...] = (*(f"stage_{o}" for o in stage_model.OUTPUTS), "estimate_from_mem_comm",
+#: output of ``symbolic.vocabulary.STAGE_OUTPUTS``, and the original's stage functions (their total).
+STAGE_NAMES: tuple[str, ...] = (*(f"stage_{o}" for o in STAGE_OUTPUTS), "estimate_from_mem_comm",
                                 "estimate_comm")
 
 # The model options, with the value that means "not given".
@@ -112,14 +107,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(expr: sympy.Expr, latex_style: bool, linear_in: tuple[sympy.Symbol, ...] = ()) -> str:
     """*expr* as LaTeX or as 2-D text; *linear_in*: it is laid out as Σ count × cost over these symbols."""
+    from ..docs import latex, text
+
     return latex(expr, linear_in) if latex_style else text(expr, linear_in)
 
 
 def _variant(args: argparse.Namespace) -> Variant:
+    from symbolic.variants import OPTION_FLAGS, Variant
+
     return Variant(**{name: getattr(args, name) for name in OPTION_FLAGS})
 
 
 def _list() -> None:
+    from symbolic import registry
+    from symbolic.variants import FAMILIES
+
     print("functions of the original (their variant options):")
     for name, family in FAMILIES.items():
         print(f"  {name}  {family.options}".rstrip())
@@ -132,7 +134,16 @@ def _list() -> None:
 
 def _stage(args: argparse.Namespace) -> Formula:
     """The stage formula the model options select, its doc saying for which model, layout and device."""
+    import sympy
+
     import hardware
+    from symbolic import model as stage_model
+    from symbolic.symbols import symbol
+    from symbolic.variants import OPTION_FLAGS
+
+    from ..configs.layouts import derive_fields, parse_layout
+    from ..configs.models import load_model
+    from ..pricing.stages import Fields, bind, variant_of
 
     name = args.name or "stage_total"
     if name not in STAGE_NAMES:
@@ -154,17 +165,36 @@ def _stage(args: argparse.Namespace) -> Formula:
         raise ValueError(f"device: {exc}") from None
     cfg = load_model(args.model)
     layout = parse_layout(args.layout or "", cfg.layout, fsdp=True if args.fsdp else None)
-    inputs = {**derive_fields(cfg, layout), "ttype": args.ttype or "FLOP"}
-    variant = variant_of(Fields(inputs), device)
+    ttype = args.ttype or "FLOP"
+    fields = Fields(derive_fields(cfg, layout))
+    variant = stage_model.StageVariant.from_data(variant_of(fields))
     formula = getattr(stage_model.stage_formulas(variant), output)
-    counts = ", ".join(COUNT_NAMES)
+    # The switches and device factors are numbers for this layout: substituted, the closed form reads
+    # as the layout's own (FLOP binds the score factors to 1; TIME keeps them as symbols).
+    switches = [name for name in formula.arguments if name.startswith(("zero2_", "zero3_"))
+                or name in ("reshards", "shard_spans_cp", "stage_cost_scale")
+                or (ttype == "FLOP" and name.startswith("score_factor_"))]
+    bound = bind(fields, switches, system=hardware.load(device), ttype=ttype)
+    formula = dataclasses.replace(formula, expr=formula.expr.xreplace(
+        {symbol(name): sympy.nsimplify(float(bound[name])) for name in switches}))
+    if ttype == "TIME":  # DP, TP and CP are level scores: the path names the formula and its unit
+        name_ = formula.name.replace("_stage_", "_time_stage_", 1)
+        formula = dataclasses.replace(formula, name=name_, unit="score")
+    counts = ", ".join(STAGE_COUNT_NAMES)
     where = (f"Model {args.model}, layout {layout}{' with FSDP' if layout.fsdp else ''}, device {device}, "
-             f"{args.ttype or 'FLOP'} path: variant {variant.key}. The counts ({counts}) are the layers of "
-             "each kind the stage holds.")
+             f"{ttype} path: variant {stage_model.variant_key(variant)}. The counts ({counts}) are the layers "
+             "of each kind the stage holds.")
     return dataclasses.replace(formula, doc=f"{formula.doc} {where}")
 
 
 def run(args: argparse.Namespace) -> int:
+    # SymPy and the formula registry load here, not when the command line is parsed.
+    from symbolic.simplify import closed_form
+    from symbolic.symbols import SPECS, syms
+    from symbolic.variants import resolve
+
+    from ..docs import formula_context, render_sections
+
     if args.list or (not args.name and not args.model):
         _list()
         return 0
@@ -173,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         if args.model is None:
             raise ValueError(f"model: {args.name} is a stage output and needs --model (a bundled model or a path)")
         formula = _stage(args)
-        counts = syms(*COUNT_NAMES)
+        counts = syms(*STAGE_COUNT_NAMES)
         items = [(formula, closed_form(formula.expr, linear_in=counts), counts)]
     else:
         loose = [flag for key, (flag, unset) in _MODEL_OPTIONS.items() if getattr(args, key) != unset]

@@ -6,11 +6,10 @@ import argparse
 import json
 from typing import Any
 
-import numpy as np
 
-from ..reference.adapters.model import evaluate_stages
-from ..configs.layouts import build_stages, derive_fields, parse_layout, validate
+from ..configs.layouts import LayoutBatch, parse_layout, validate
 from ..configs.models import load_model, model_names
+from ..pricing.pricer import StagePricer
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
 
@@ -36,21 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:
-    """The stage totals and per-dimension lists for the command's arguments."""
-    import hardware
-
+    """The stage totals and per-dimension lists for the command's arguments, from the one pricer."""
     model = load_model(args.model)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    pricer = StagePricer(model, device=args.device, with_recomp=args.with_recomp, ttype=args.ttype)
     validate(model, layout, args.devices)
-    hardware.load(args.device)  # an unknown device is an error naming it, before any work
-    inputs = {**derive_fields(model, layout), "stages": build_stages(model, layout), "device": args.device,
-              "mode": "with_recomp" if args.with_recomp else "plain", "ttype": args.ttype}
-    out = evaluate_stages(inputs)
-    suffix = "_recomputed" if args.with_recomp else ""
-    per_dim = {label: np.asarray(out[key if key == "dp" else key + suffix]).tolist() for label, key in DIMS}
-    totals = np.asarray(out["total" + suffix]).tolist()
-    return {"model": args.model, "layout": str(layout), "device": args.device,
-            "stages": totals, "per_dim": per_dim, "reduce_share": np.asarray(out["reduce_share"]).tolist()}
+    stages = pricer.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True, validated=True).stages
+    per_dim = {label: stages[key][0, :layout.p].tolist() for label, key in DIMS}
+    totals = stages["total"][0, :layout.p].tolist()
+    return {"model": args.model, "layout": str(layout), "device": args.device, "stages": totals, "per_dim": per_dim}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from symbolic.vocabulary import BODY_KINDS, CP_ALGORITHMS, LAYER_KINDS, STAGE_COUNT_NAMES, LayerType, resolve_algorithm
+
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
 
@@ -63,19 +65,14 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BODY_KINDS",
     "CP_ALGORITHMS",
-    "EMBEDDING_LAYER",
-    "FULL_REC_LAYER",
     "LAYER_KINDS",
     "LAYOUT_CONSTRAINTS",
     "LAYOUT_FIELD_NAMES",
     "Layout",
     "LayoutBatch",
     "LayoutError",
-    "NOT_REC_LAYER",
     "ORIGINAL_CP_NETWORK",
-    "OUTPUT_LAYER",
     "RecomputePlan",
-    "SEL_REC_LAYER",
     "STAGE_COUNT_NAMES",
     "StageLayerCounts",
     "WHOLE_DP_GROUP",
@@ -93,19 +90,6 @@ __all__ = [
     "validate_batch",
     "violation_message",
 ]
-
-# Layer types of a pipeline layout, spelled as the original's LayerType members and the case file.
-EMBEDDING_LAYER = "EMBEDDING_LAYER"
-OUTPUT_LAYER = "OUTPUT_LAYER"
-NOT_REC_LAYER = "NOT_REC_LAYER"
-FULL_REC_LAYER = "FULL_REC_LAYER"
-SEL_REC_LAYER = "SEL_REC_LAYER"
-BODY_KINDS = (NOT_REC_LAYER, FULL_REC_LAYER, SEL_REC_LAYER)
-LAYER_KINDS = (EMBEDDING_LAYER, OUTPUT_LAYER) + BODY_KINDS
-
-#: CP algorithms the formulas know (FORMULAS.md §4). The original also accepts the typo
-#: ``hybird_cp`` and reads any unknown name as colossalai; a layout names one of these.
-CP_ALGORITHMS = ("colossalai_cp", "hybrid_cp", "ulysses_cp")
 
 #: The CP topology inputs the original's cost-model config holds by default, independent of
 #: the device: every end-to-end reference case records these three values, for A2 and A3
@@ -221,7 +205,7 @@ class Layout:
         fsdp: FSDP holds gradients sharded as the parameters (``grad_shard_as_params``).
         reshards: FSDP frees gathered parameters after each pass (``reshard_after_forward``
             and ``reshard_after_backward``).
-        cp_algo: one of :data:`CP_ALGORITHMS`.
+        cp_algo: one of :data:`CP_ALGORITHMS` or an alias of ``symbolic.vocabulary.CP_ALIASES``.
         s: sequence length, overriding the model file's; ``None`` keeps it.
         offset: layers each stage holds beyond the even split of ``n_lay + n_mtp``: one
             integer per stage, or with ``vp > 1`` one tuple per chunk of one integer per
@@ -259,8 +243,10 @@ class Layout:
         for name in ("op", "grad_shard", "sp", "fsdp", "reshards"):
             if not isinstance(getattr(self, name), bool):
                 raise LayoutError(f"{name}: must be true or false, got {getattr(self, name)!r}")
-        if self.cp_algo not in CP_ALGORITHMS:
-            raise LayoutError(f"cp_algo: must be one of {', '.join(CP_ALGORITHMS)}, got {self.cp_algo!r}")
+        try:  # the one set of names and aliases (symbolic.vocabulary); stored as the canonical label
+            object.__setattr__(self, "cp_algo", resolve_algorithm(self.cp_algo).value)
+        except ValueError as exc:
+            raise LayoutError(str(exc)) from None
         if not isinstance(self.recompute, RecomputePlan):
             raise LayoutError(f"recompute: must be a RecomputePlan, got {self.recompute!r}")
         if self.offset is not None:
@@ -1409,24 +1395,19 @@ def build_stages(model: ModelConfig, layout: Layout) -> list[list[list[str]]]:
     validate(model, layout)
     counts = chunk_layer_counts(model, layout)
     plan = layout.recompute
-    rest = SEL_REC_LAYER if plan.mode == "selective" else NOT_REC_LAYER
+    rest = LayerType.SEL_REC_LAYER.value if plan.mode == "selective" else LayerType.NOT_REC_LAYER.value
     full_per_stage = _full_recompute_per_stage(plan, np.array([sum(row) for row in counts])).tolist()
     stages: list[list[list[str]]] = []
     for row, full in zip(counts, full_per_stage):
-        kinds = [FULL_REC_LAYER] * full + [rest] * (sum(row) - full)
+        kinds = [LayerType.FULL_REC_LAYER.value] * full + [rest] * (sum(row) - full)
         chunks, start = [], 0
         for n in row:
             chunks.append(kinds[start:start + n])
             start += n
         stages.append(chunks)
-    stages[0][0].insert(0, EMBEDDING_LAYER)
-    stages[-1][-1].append(OUTPUT_LAYER)
+    stages[0][0].insert(0, LayerType.EMBEDDING_LAYER.value)
+    stages[-1][-1].append(LayerType.OUTPUT_LAYER.value)
     return stages
-
-
-#: Keys of :func:`pipeline_stage_counts`: the count symbols the stage formulas read
-#: (``symbolic.model``; ``codegen.reference.adapters.model.COUNT_NAMES``).
-STAGE_COUNT_NAMES = ("n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
 
 
 def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
@@ -1549,9 +1530,9 @@ def stage_layer_counts(stages: Sequence[Sequence[Sequence[str]]], n_lay: int) ->
         embedding = output = 0
         for c, chunk in enumerate(stage):
             for i, kind in enumerate(chunk):
-                if kind == EMBEDDING_LAYER:
+                if kind == LayerType.EMBEDDING_LAYER.value:
                     embedding += 1
-                elif kind == OUTPUT_LAYER:
+                elif kind == LayerType.OUTPUT_LAYER.value:
                     output += 1
                 elif (s, c, i) in with_entry:
                     body[kind] += 1

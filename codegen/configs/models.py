@@ -24,7 +24,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from .layouts import CP_ALGORITHMS, Layout, LayoutError, RecomputePlan, validate
+from symbolic.vocabulary import resolve_algorithm
+
+from .layouts import Layout, LayoutError, RecomputePlan, validate
 
 __all__ = ["ModelConfig", "ModelConfigError", "load_model", "model_names"]
 
@@ -366,12 +368,11 @@ class _Reader:
         # MindSpore reads -1 (and HyperParallel 0) as "shard over the whole DP group".
         shard = self.integer(accel, "optimizer_weight_shard_size", where, default=0, minimum=-1)
         os = shard if shard > 0 else (dp_shard if dp_shard > 1 else None)
-        cp_algo = accel.get("context_parallel_algo") or "colossalai_cp"
-        if cp_algo == "hybird_cp":  # the original's accepted typo
-            cp_algo = "hybrid_cp"
-        if cp_algo not in CP_ALGORITHMS:
-            raise self.fail(f"{where}.context_parallel_algo", f"must be one of {', '.join(CP_ALGORITHMS)}, "
-                                                              f"got {cp_algo!r}")
+        try:  # the one set of names and aliases (symbolic.vocabulary), the original's ``hybird_cp`` included
+            cp_algo = resolve_algorithm(accel.get("context_parallel_algo") or "colossalai_cp",
+                                        field=f"{where}.context_parallel_algo").value
+        except ValueError as exc:
+            raise ModelConfigError(f"{self.path}: {exc}") from None
 
         b = self.integer(train, "micro_batch_size", "train", default=1)
         m = self.integer(train, "micro_batch_num", "train", default=0, minimum=0)

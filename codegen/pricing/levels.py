@@ -19,10 +19,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from symbolic import score as score_formulas
-
 from ..inputs import InputError, check_inputs
-from ..kernels import evaluator
+from ..kernels import evaluator, variants
 
 __all__ = ["DIMENSIONS", "Hierarchy", "hierarchy", "assign_levels", "comm_score", "parse_dim", "SCORE_FACTORS",
            "score_factors"]
@@ -189,14 +187,14 @@ def comm_score(*, comm_volume: object, overlap: object, dim: str, d: object, t: 
     """
     name = parse_dim(dim)
     levels = device if isinstance(device, Hierarchy) else hierarchy(device)
-    if levels.levels > score_formulas.MAX_LEVELS:
-        raise ValueError(f"device: {levels.levels} levels; the score is declared for at most "
-                         f"{score_formulas.MAX_LEVELS}")
+    by_levels = {int(dict(pairs)["levels"]): formula for pairs, formula in variants("score").items()}
+    if levels.levels not in by_levels:
+        raise ValueError(f"device: {levels.levels} levels; the score is declared for at most {max(by_levels)}")
     values = check_inputs({"comm_volume": comm_volume, "overlap": overlap})
     placed = (assignment if assignment is not None else assign_levels(levels.bounds, d=d, t=t, cp=cp, p=p))[name]
     if placed.shape[0] != levels.levels:
         raise InputError(f"assignment: {placed.shape[0]} levels given for a {levels.levels}-level device")
-    fn = evaluator(score_formulas.formula_name(levels.levels))
+    fn = evaluator(by_levels[levels.levels])
     return fn(**values, **_score_arguments(levels, placed))
 
 

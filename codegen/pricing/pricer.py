@@ -1,75 +1,56 @@
-"""Pricing arrays of layouts of one model at once: the searcher's entry point.
+"""The one pricer: arrays of layouts of one model, priced stage by stage without SymPy.
 
-A stage's communication is linear in its layer counts (``symbolic.model.
-stage_coefficients``): ``output = Σ_k count_k · coefficient_k(layout)``. For N
-layouts the pricer
+A stage's communication is linear in its layer counts: ``output = Σ_count
+count · term`` (``symbolic.model``), with generated per-layer terms
+(``codegen.pricing.stages``). For N layouts the pricer
 
-1. checks every layout (``layout.layout_violations``, through
-   ``derive_fields_batch``) and finds what they share: the model's fields,
-   the run settings' and those of the keys given as one value
-   (``derive_fields_batch(compact=True)`` on one layout says which fields are
-   one value for the whole batch);
-2. specialises the coefficients to those shared values: each is substituted
-   into the stage formulas (``symbolic.model.stage_formulas``) exactly (as the
-   rational the float is), so that the branches they decide and the zero
-   terms drop out, and the per-layer coefficients are the derivatives of the
-   small specialised expressions by the layer counts; the ZeRO levels,
-   which vary with ``d``, select their expression through exact 0/1
-   indicator polynomials of ``comm_d_non_exp`` / ``comm_d_exp``; coefficients
-   that every stage weighs alike (by the same layer counts) are added into
-   one expression. The code generator compiles each such sum once, in memory
-   (``kernels.formula_functions``);
-3. then, block by block (``_BLOCK`` layouts, so that the temporaries stay in
-   cache), derives only the fields those sums still read
-   (``derive_fields_batch(names=…)``), evaluates each sum once per layout, and
-   forms the stages from small tables over the pipeline shapes ``(p, vp)``:
-   the weight of each sum in each kind of stage, gathered by each layout's
-   pipeline. The sum over the stages weighs each sum by its layer counts over
-   all stages; the bottleneck is the largest of the stages that no other stage
-   of the pipeline outweighs in every sum (often the first stage alone), when
-   the sums are not negative, else the largest of every kind of stage.
+1. checks every layout once (``derive_fields_batch``; ``validated=True``
+   skips it for layouts a generator made valid) and reads the model's variant
+   from one layout (the fields that pick it are the model's and the run's);
+2. groups the variant's terms by how the stages weigh them (the same use of
+   the layer counts: the embedding, output, body, MTP and recomputed layers),
+   once per set of counts the pipelines use;
+3. then, block by block (``_BLOCK`` layouts, so that temporaries stay in
+   cache), derives only the fields the terms read, evaluates each term once
+   per layout (a field every layout shares stays one number), adds each group,
+   and forms the stages from small tables over the pipeline shapes
+   ``(p, vp)``: the weight of each group in each kind of stage, gathered by
+   each layout's pipeline. The sum over the stages weighs each group by its
+   layer counts over all stages; the bottleneck is the largest of the stages
+   that no other stage of the pipeline outweighs in every group (often the
+   first stage alone), when the groups are not negative, else the largest of
+   every kind of stage.
 
-Steps 1-2 cost SymPy and compile time the first time a set of shared values
-is seen and are cached; a search calling the pricer again pays the check,
-a one-layout probe and step 3. Every layout gets its own arithmetic: nothing
-is priced once for several layouts.
-
-Stages beyond a layout's own ``p`` are NaN in the per-stage arrays.
+With ``per_stage=True`` every stage's parts come from ``stages.stage_outputs``,
+the function the reference check prices the original's cases with. Stages
+beyond a layout's own ``p`` are NaN in the per-stage arrays.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-import sympy
 
-from symbolic import model as stage_model
-from symbolic.ep import Routing
-from symbolic.formula import Formula
-from symbolic.symbols import symbol
+from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..reference.adapters.fields import Fields
-from ..reference.adapters.model import variant_of
-from ..reference.adapters.tp import gather_switch
-from ..kernels import formula_functions
-from ..configs.layouts import (STAGE_COUNT_NAMES, LayoutBatch, LayoutError, derive_fields_batch, dp_comm_level_values,
-                     pipeline_stage_counts)
-from .levels import SCORE_FACTORS, score_factors
+from ..configs.layouts import LayoutBatch, LayoutError, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
+from .levels import SCORE_FACTORS, score_factors
+from .stages import TTYPES, Fields, Terms, bind, evaluate_terms, stage_outputs, terms_of, variant_of
 
 __all__ = ["StagePricer", "StagePrices"]
 
-_DIMS = ("dp", "tp", "ep", "cp")
-_SCORE_DEGREES = ("d", "t", "cp", "p")
-_LEVELS = ("comm_d_non_exp", "comm_d_exp")
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
 #: processor's cache, and the Python cost per block is spread over enough layouts.
-_BLOCK = 1 << 15
+_BLOCK = 1 << 14
+
+#: Fields ``stages.bind`` reads to derive a term argument that is no field itself.
+_SOURCES = {"zero2_non_exp": ("comm_d_non_exp",), "zero3_non_exp": ("comm_d_non_exp",),
+            "zero2_exp": ("comm_d_exp",), "zero3_exp": ("comm_d_exp",), "gather": ("rec_op",),
+            "level_bound_0": (), "stage_cost_scale": (), **{name: ("d", "t", "cp", "p") for name in SCORE_FACTORS}}
 
 
 @dataclass(frozen=True)
@@ -79,9 +60,9 @@ class StagePrices:
     Attributes:
         bottleneck: the largest stage total of each layout, shape ``(N,)``.
         sum: the sum of the stage totals of each layout, shape ``(N,)``.
-        stages: with ``per_stage=True``, ``{"dp", "tp", "ep", "cp", "total"}`` → arrays of shape
-            ``(N, P_max)``, NaN past a layout's last stage; else ``None`` (they take N·P_max
-            floats each, which a search over millions of layouts rarely wants).
+        stages: with ``per_stage=True``, ``{"dp", "tp", "ep", "cp", "total"}`` (the parts as priced:
+            the recompute sums under ``with_recomp``; and the outputs asked for) → arrays of shape ``(N, P_max)``, NaN past a layout's last stage; else ``None`` (they
+            take N·P_max floats each, which a search over millions of layouts rarely wants).
     """
 
     bottleneck: np.ndarray
@@ -89,162 +70,37 @@ class StagePrices:
     stages: dict[str, np.ndarray] | None = None
 
 
-# ----------------------------------------------------------------- step 2: specialised coefficients
-
-
-def _exact(value: float) -> sympy.Rational:
-    """*value* as the rational it is exactly (0.9 → 8106479329266893/2**53): SymPy then folds exactly,
-    and the generated code rounds each folded constant once."""
-    return sympy.Rational(value)
-
-
-def _indicator(level: sympy.Symbol, value: int, values: Sequence[int]) -> sympy.Expr:
-    """1 where *level* is *value*, 0 where it is another of *values*: the Lagrange basis polynomial.
-
-    Exact in floating point for ZeRO levels ({0, L}: ``c/L`` and ``(L - c)/L``), and, unlike a
-    ``Piecewise``, no masked copy per layout in the generated code.
-    """
-    out = sympy.Integer(1)
-    for other in values:
-        if other != value:
-            out *= (level - other) / sympy.Integer(value - other)
-    return out
-
-
-def _over_levels(per_levels: Mapping[tuple[int, int], sympy.Expr], values: Sequence[Sequence[int]]) -> sympy.Expr:
-    """One expression from the expressions of each ZeRO level pair ``(comm_d_non_exp, comm_d_exp)``.
-
-    ``Σ_pairs indicator(pair) · expression(pair)``, over *values*, the levels a layout of the
-    batch can have (every pair of them is in *per_levels*). Each expression is finite on every
-    valid layout (parameter counts over degrees of at least 1), so an indicator of 0 removes
-    it exactly. A dense layer's DP reads the non-expert level alone; then only that level's
-    indicators appear.
-    """
-    distinct = list(dict.fromkeys(per_levels.values()))
-    if len(distinct) == 1:
-        return distinct[0]
-    for position, name in enumerate(_LEVELS):
-        by_level: dict[int, sympy.Expr] = {}
-        if all(by_level.setdefault(pair[position], e) == e for pair, e in per_levels.items()):
-            level = symbol(name)
-            return sympy.Add(*[_indicator(level, v, values[position]) * e for v, e in by_level.items()])
-    non_exp, exp = (symbol(name) for name in _LEVELS)
-    return sympy.Add(*[_indicator(non_exp, a, values[0]) * _indicator(exp, b, values[1]) * e
-                       for (a, b), e in per_levels.items()])
-
-
-def _whole_number_values(condition: sympy.Basic) -> tuple[sympy.Symbol, range] | None:
-    """``(s, values)`` when *condition* bounds one positive-integer symbol to a few whole values (``s <= k``,
-    ``s < k``, ``Eq(s, k)``), else ``None``."""
-    if not isinstance(condition, (sympy.Le, sympy.Lt, sympy.Eq)) or not condition.rhs.is_number:
-        return None
-    s = condition.lhs
-    if not (isinstance(s, sympy.Symbol) and s.is_integer and s.is_positive):
-        return None
-    bound = int(sympy.floor(condition.rhs)) + (0 if isinstance(condition, sympy.Lt) and condition.rhs.is_integer
-                                               else 1)
-    values = range(max(1, bound - 1) if isinstance(condition, sympy.Eq) else 1, bound)
-    return (s, values) if len(values) <= 16 else None
-
-
-def _prune_pieces(expr: sympy.Expr) -> sympy.Expr:
-    """*expr* with each ``Piecewise((v, s <= k), (x, True))`` whose default equals ``v`` wherever the
-    condition holds replaced by its default.
-
-    ``s`` is a positive-integer symbol (a degree), so the condition holds at ``s = 1..k`` only;
-    where ``x`` takes the value ``v`` exactly at each of them (``cp - 1`` at ``cp = 1``), the two
-    agree on every valid layout and the generated code saves a masked copy per layout.
-    """
-    def prune(piecewise: sympy.Piecewise) -> sympy.Expr:
-        if len(piecewise.args) != 2 or piecewise.args[1].cond is not sympy.true:
-            return piecewise
-        (value, condition), (default, _) = piecewise.args
-        pinned = _whole_number_values(condition)
-        if pinned is None:
-            return piecewise
-        s, values = pinned
-        if all(condition.subs(s, v) is sympy.true and default.subs(s, v) == value for v in values):
-            return default
-        return piecewise
-
-    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), prune)
-
-
-@dataclass(frozen=True)
-class _Coefficients:
-    """The stage coefficients of the layouts that share one set of values, specialised to them.
-
-    Attributes:
-        by_dim: dimension → count name → the cost one layer of that count adds to its stage
-            (nonzero ones only), over the fields the layouts do not share.
-        slug: the model's name as an identifier, for formula names.
-        unit: the coefficients' unit ("mixed", or "score" on the TIME path).
-    """
-
-    by_dim: Mapping[str, Mapping[str, sympy.Expr]]
-    slug: str
-    unit: str
-
-
-def _formula(expr: sympy.Expr, what: str, doc: str, coefficients: _Coefficients) -> Formula:
-    """A compiled-on-demand formula for *expr*; the name carries a digest of the expression, so
-    two different expressions never share one."""
-    digest = hashlib.sha256(sympy.srepr(expr).encode()).hexdigest()[:12]
-    return Formula(name=f"model_{coefficients.slug}_{what}_{digest}", expr=expr, dimension="model",
-                   algorithm=coefficients.slug, unit=coefficients.unit, doc=doc, source=stage_model.SOURCE)
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    """A compiled expression and the per-layout arguments it takes."""
-
-    function: Callable[..., np.ndarray]
-    arguments: tuple[str, ...]
-
-    def __call__(self, values: Mapping[str, Any]) -> np.ndarray:
-        return self.function(**{name: values[name] for name in self.arguments})
-
-
-def _compile(formulas: Sequence[Formula]) -> list[_Compiled]:
-    functions = formula_functions(list(formulas))
-    return [_Compiled(functions[f.name], f.arguments) for f in formulas]
-
-
 @dataclass(frozen=True)
 class _Sums:
-    """The fast path's compiled sums: coefficients with the same use of the layer counts, added.
+    """The variant's terms grouped by how the stages weigh them.
 
     Attributes:
-        usage: per sum, how many times it counts each layer of ``counts`` (its weight in a
+        usage: per group, how many times it counts each layer of ``counts`` (its weight in a
             stage is ``usage · stage counts``).
         counts: the count names the usage vectors run over (those some stage holds).
-        functions: per sum, its compiled evaluator.
+        names: per group, the generated terms added into it.
     """
 
     usage: tuple[tuple[int, ...], ...]
     counts: tuple[str, ...]
-    functions: tuple[_Compiled, ...]
+    names: tuple[tuple[str, ...], ...]
 
 
-def _sums(coefficients: _Coefficients, counts: tuple[str, ...]) -> _Sums:
-    """Group the distinct coefficients by how the stages weigh them (their use of *counts*) and add each group."""
-    usage: dict[sympy.Expr, list[int]] = {}
-    for per_count in coefficients.by_dim.values():
-        for count, expr in per_count.items():
-            if count in counts:
-                usage.setdefault(expr, [0] * len(counts))[counts.index(count)] += 1
-    groups: dict[tuple[int, ...], list[sympy.Expr]] = {}
-    for expr, used in usage.items():
-        groups.setdefault(tuple(used), []).append(expr)
-    formulas = [_formula(sympy.Add(*exprs), "stage_weighed_sum",
-                         f"Sum of the per-layer stage coefficients that every stage of a {coefficients.slug} layout "
-                         f"weighs by the same layer counts ({', '.join(counts)} × {list(used)}), with the values "
-                         "the priced layouts share substituted.", coefficients)
-                for used, exprs in groups.items()]
-    return _Sums(tuple(groups), counts, tuple(_compile(formulas)))
+def _sums(terms: Terms, outputs: Sequence[str], counts: tuple[str, ...]) -> _Sums:
+    """Group the terms of *outputs* by their use of *counts* (a term used by two outputs counts twice)."""
+    usage: dict[str, list[int]] = {}
+    for output in outputs:
+        base = output.removesuffix("_recomputed")
+        for count, name in terms.by_output[base].items():
+            if count in counts and (output.endswith("_recomputed") or count not in ("n_full_rec", "n_sel_rec")):
+                usage.setdefault(name, [0] * len(counts))[counts.index(count)] += 1
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, used in usage.items():
+        groups.setdefault(tuple(used), []).append(name)
+    return _Sums(tuple(groups), counts, tuple(tuple(names) for names in groups.values()))
 
 
-# ----------------------------------------------------------------- step 4: pipeline tables
+# ----------------------------------------------------------------- pipeline tables
 
 
 @dataclass(frozen=True)
@@ -381,42 +237,54 @@ def _weights(stage_counts: StageCounts, pipelines: _Pipelines, sums: _Sums) -> _
 
 
 class StagePricer:
-    """Prices arrays of layouts of one model, vectorised.
+    """Prices arrays of layouts of one model, vectorised, on the generated evaluators (no SymPy).
 
     Args:
         model: a bundled model name, a YAML path or a loaded ``ModelConfig``.
-        device: hardware catalog name (the level model's node size, A3's halving, TIME scores).
+        device: hardware catalog name (the level model's node size, the original's stage scale,
+            TIME scores).
         fsdp, recompute: run settings shared by every layout (``None`` keeps the model file's).
         with_recomp: price each recomputed layer's traffic again (the original's ``with_recomp``).
         ttype: "FLOP" (volumes) or "TIME" (level scores for DP, TP and CP).
+
+    Raises:
+        ValueError: naming an unknown model, device or setting.
     """
 
     def __init__(self, model: str | ModelConfig, *, device: str = "A2", fsdp: bool | None = None,
                  recompute: str | None = None, with_recomp: bool = False, ttype: str = "FLOP"):
         import hardware
 
-        self.model = load_model(model) if isinstance(model, str) else model
+        if isinstance(model, str):
+            model = load_model(model)
+        if not isinstance(model, ModelConfig):
+            raise TypeError(f"model: expected a model name, a YAML path or a ModelConfig, got {model!r}")
+        self.model = model
         self.device = device
-        self.level_bound_0 = float(hardware.load(device).level_bounds()[0])
+        self.system = hardware.load(device)
         self.fsdp, self.recompute = fsdp, recompute
+        if not isinstance(with_recomp, bool):
+            raise TypeError(f"with_recomp: expected true or false, got {with_recomp!r}")
         self.with_recomp = with_recomp
-        if ttype not in ("FLOP", "TIME"):
-            raise ValueError(f"ttype: expected FLOP or TIME, got {ttype!r}")
+        if ttype not in TTYPES:
+            raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
         self.ttype = ttype
-        self._names = [(dim + "_recomputed" if with_recomp and dim != "dp" else dim) for dim in _DIMS]
-        self._coefficients: dict[Any, _Coefficients] = {}
+        self.outputs = tuple(dim + "_recomputed" if with_recomp and dim != "dp" else dim for dim in STAGE_DIMENSIONS)
+        self._score = functools.partial(score_factors, device=device)
         self._sums: dict[Any, _Sums] = {}
-        self._per_dim: dict[Any, dict[str, dict[str, _Compiled]]] = {}
         self._weights: dict[Any, Any] = {}
-        self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
+        self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._counts_used: dict[Any, tuple[str, ...]] = {}
         self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
+        self._fields: dict[Any, tuple[str, ...]] = {}
 
-    def __call__(self, *, per_stage: bool = False, validated: bool = False, **arrays: Any) -> StagePrices:
+    def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
+                 **arrays: Any) -> StagePrices:
         """Prices of the layouts given as arrays (``d, t, p, cp, ep, m, b``, …; see ``LayoutBatch.from_arrays``).
 
         Args:
-            per_stage: also return every stage's parts and total (``StagePrices.stages``).
+            per_stage: also return every stage's parts and total (``StagePrices.stages``); a list of
+                output names (``dp_unconverted``, ``dp_reduced``, …) adds those.
             validated: the caller has already kept only layouts ``layout.validate_batch``
                 accepts; they are not checked again (an invalid layout then gets an unspecified
                 price). By default every layout is checked.
@@ -425,102 +293,79 @@ class StagePricer:
             codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
         """
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **arrays)
+        return self.price_batch(batch, per_stage=per_stage, validated=validated)
+
+    def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
+                    validated: bool = False) -> StagePrices:
+        """Prices of the layouts of *batch* (``LayoutBatch.from_layouts`` for parsed layouts); as ``__call__``."""
         n = len(batch)
         if n == 0:
-            empty = {name: np.empty((0, 0)) for name in (*_DIMS, "total")} if per_stage else None
+            empty = {name: np.empty((0, 0)) for name in (*STAGE_DIMENSIONS, "total")} if per_stage else None
             return StagePrices(bottleneck=np.empty(0), sum=np.empty(0), stages=empty)
         if not validated:
             derive_fields_batch(self.model, batch, names=())  # checks every layout; derives nothing
-        shared, varying = self._shared_values(batch)
-        key = (tuple(sorted(shared.items())), frozenset(varying), batch.cp_algo)
-        coefficients = self._coefficients.get(key)
-        if coefficients is None:
-            coefficients = self._coefficients[key] = self._specialise(batch, shared)
+        terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
         scratch = (np.empty(min(n, _BLOCK)), np.empty(min(n, _BLOCK)))
         for start in range(0, n, _BLOCK):
             # Block by block, each step over the same layouts: every temporary is one block long and
             # stays in cache.
             rows = slice(start, start + _BLOCK)
-            block = batch.subset(rows)
+            block = batch.subset(rows) if n > _BLOCK else batch
             pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
-            sums, tables = self._plan(key, coefficients, block, pipelines)
-            values = self._values(block, {a for f in sums.functions for a in f.arguments})
-            _combine([f(values) for f in sums.functions], tables, pipelines.index, bottleneck[rows], total_sum[rows],
-                     *scratch)
+            sums, tables = self._plan(terms, block, pipelines)
+            values = self._values(block, {a for group in sums.names for name in group for a in _arguments(name)})
+            evaluated = evaluate_terms((name for group in sums.names for name in group), values)
+            parts = [_add([evaluated[name] for name in group]) for group in sums.names]
+            _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
         stages = None
         if per_stage:
-            per_dim = self._per_dim.get(key)
-            if per_dim is None:
-                per_dim = self._per_dim[key] = self._per_dim_functions(coefficients)
-            needed = {a for fs in per_dim.values() for f in fs.values() for a in f.arguments}
-            stage_counts = functools.partial(self._stage_counts, batch)
-            stages = _stages(n, stage_counts, _Pipelines.of(batch, stage_counts), per_dim, self._values(batch, needed))
+            extra = () if per_stage is True else tuple(per_stage)
+            priced = self._stages(batch, terms, (*self.outputs, *extra))
+            # The parts as priced (the recompute sums under with_recomp), by dimension, and their total.
+            stages = {dim: priced.pop(name) for dim, name in zip(STAGE_DIMENSIONS, self.outputs)}
+            stages["total"] = sum(stages[dim] for dim in STAGE_DIMENSIONS)
+            stages.update(priced)
         return StagePrices(bottleneck=bottleneck, sum=total_sum, stages=stages)
 
-    def _plan(self, key: Any, coefficients: _Coefficients, block: LayoutBatch, pipelines: _Pipelines
-              ) -> tuple[_Sums, _StageTables]:
-        """The compiled sums and the weight tables for layouts of the *pipelines* present (each built once)."""
+    def stage_slopes(self, batch: LayoutBatch, degrees: Sequence[str], *, relax_p: bool = False
+                     ) -> dict[str, np.ndarray]:
+        """Per degree, each stage's ∂total/∂degree, ``(N, P_max)`` (NaN past a layout's last stage).
+
+        The partial derivative of the generated terms (``symbolic.model.SLOPES``) with every derived
+        field and the layer counts held. With *relax_p*, ``p`` also acts through the body-layer
+        counts as shares of an even split (``∝ 1/p``): ``−(1/p) Σ_body count · term`` is added.
+
+        Raises:
+            ValueError: naming a degree with no derivative terms (see ``symbolic.sensitivity.DEGREES``).
+        """
+        terms = self._terms(batch, degrees)
+        out = {x: sum(self._stages(batch, terms, self.outputs, wrt=x).values()) for x in degrees}
+        if relax_p and "p" in degrees:
+            body = sum(self._stages(batch, terms, self.outputs, only=BODY_COUNT_NAMES).values())
+            out["p"] = out["p"] - body / batch.p[:, None]
+        return out
+
+    def _terms(self, batch: LayoutBatch, degrees: Sequence[str] = ()) -> Terms:
+        """The variant's terms: the fields that pick it are the model's and the run's, so one layout tells."""
+        probe = derive_fields_batch(self.model, batch.subset(slice(0, 1)), validated=True, compact=True)
+        return terms_of(variant_of(Fields(probe)), degrees)
+
+    def _plan(self, terms: Terms, block: LayoutBatch, pipelines: _Pipelines) -> tuple[_Sums, _StageTables]:
+        """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""
         pipeline_key = (tuple(sorted(pipelines.present.items())), block.offset, block.offset_pipeline,
                         block.recompute, block.recompute_pipeline)
         stage_counts = functools.partial(self._stage_counts, block)
         counts_used = self._counts_used.get(pipeline_key)
         if counts_used is None:
             counts_used = self._counts_used[pipeline_key] = _counts_used(stage_counts, pipelines)
-        sums = self._sums.get((key, counts_used))
+        sums = self._sums.get((terms, counts_used))
         if sums is None:
-            sums = self._sums[(key, counts_used)] = _sums(coefficients, counts_used)
-        tables = self._weights.get((key, pipeline_key))
+            sums = self._sums[(terms, counts_used)] = _sums(terms, self.outputs, counts_used)
+        tables = self._weights.get((terms, pipeline_key))
         if tables is None:
-            tables = self._weights[(key, pipeline_key)] = _weights(stage_counts, pipelines, sums)
+            tables = self._weights[(terms, pipeline_key)] = _weights(stage_counts, pipelines, sums)
         return sums, tables
-
-    # -- what the layouts share
-
-    def _shared_values(self, batch: LayoutBatch) -> tuple[dict[str, float], set[str]]:
-        """The numeric fields every layout of *batch* shares (with the device's and the run's
-        switches the formulas read), and the names of those that vary."""
-        probe = derive_fields_batch(self.model, batch.subset(slice(0, 1)), validated=True, compact=True)
-        shared = {k: v for k, v in probe.items() if isinstance(v, float)}
-        varying = {k for k, v in probe.items() if isinstance(v, np.ndarray)}
-        shared["level_bound_0"] = self.level_bound_0
-        shared["gather"] = gather_switch(probe)
-        if self.ttype == "TIME" and not varying & set(_SCORE_DEGREES):
-            factors = score_factors(device=self.device, **{k: int(shared[k]) for k in _SCORE_DEGREES})
-            shared.update({name: float(value) for name, value in factors.items()})
-        elif self.ttype == "TIME":
-            varying |= set(SCORE_FACTORS)
-        return shared, varying
-
-    def _specialise(self, batch: LayoutBatch, shared: Mapping[str, float]) -> _Coefficients:
-        """The coefficients of every ZeRO level pair the batch can hold, with *shared* substituted."""
-        possible = dp_comm_level_values(batch)
-        levels = [[int(shared[name])] if name in shared else list(possible) for name in _LEVELS]
-        # Derived fields hold no tokens_per_expert, so the routing is balanced whatever ep is (ep.routing).
-        row = {**shared, "cp_algo": batch.cp_algo, "ttype": self.ttype}
-        exact = {name: _exact(value) for name, value in shared.items()}
-        per_pair: dict[tuple[int, int], dict[str, dict[str, sympy.Expr]]] = {}
-        for pair in ((a, b) for a in levels[0] for b in levels[1]):
-            variant = variant_of(Fields({**row, **dict(zip(_LEVELS, pair))}), self.device)
-            if variant.routing is not Routing.BALANCED:  # pragma: no cover - see above
-                raise NotImplementedError("StagePricer prices balanced expert routing only")
-            formulas = stage_model.stage_formulas(variant)
-            per_pair[pair] = {}
-            for dim, name in zip(_DIMS, self._names):
-                expr = getattr(formulas, name).expr
-                shared = {s: exact[s.name] for s in expr.free_symbols if s.name in exact}
-                per_pair[pair][dim] = stage_model.per_layer_costs(expr.xreplace(shared), name)
-        by_dim: dict[str, dict[str, sympy.Expr]] = {}
-        for dim in _DIMS:
-            by_dim[dim] = {}
-            for count in STAGE_COUNT_NAMES:
-                expr = _over_levels({pair: per[dim].get(count, sympy.Integer(0)) for pair, per in per_pair.items()},
-                                    levels)
-                expr = _prune_pieces(expr)
-                if expr != 0:
-                    by_dim[dim][count] = expr
-        slug = re.sub(r"\W", "_", self.model.name)
-        return _Coefficients(by_dim, slug, "score" if self.ttype == "TIME" else "mixed")
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
         """The stage counts of the batch's layouts with pipeline (p, vp), offset and recompute list where they
@@ -536,26 +381,54 @@ class StagePricer:
                 self._counts[key] = None  # no valid layout has this pipeline
         return self._counts[key]
 
-    def _per_dim_functions(self, coefficients: _Coefficients) -> dict[str, dict[str, _Compiled]]:
-        """Per dimension and count, the compiled coefficient (each distinct expression compiled once)."""
-        formulas = {dim: {count: _formula(expr, f"stage_{dim}_per_layer",
-                                          f"The {dim} cost one layer adds to its stage, with the values the priced "
-                                          "layouts share substituted.", coefficients)
-                          for count, expr in per_count.items()}
-                    for dim, per_count in coefficients.by_dim.items()}
-        distinct = list({f.name: f for per_count in formulas.values() for f in per_count.values()}.values())
-        compiled = dict(zip((f.name for f in distinct), _compile(distinct)))
-        return {dim: {count: compiled[f.name] for count, f in per_count.items()} for dim, per_count in formulas.items()}
-
-    # -- per-layout values
-
     def _values(self, batch: LayoutBatch, needed: set[str]) -> dict[str, Any]:
-        """The per-layout arguments *needed*: derived fields (float64 arrays) and TIME score factors."""
-        fields = sorted(needed - set(SCORE_FACTORS))
-        values = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
-        if needed & set(SCORE_FACTORS):
-            values.update(score_factors(device=self.device, **{k: getattr(batch, k) for k in _SCORE_DEGREES}))
-        return values
+        """The terms' arguments *needed* for the layouts of *batch*: shared ones as numbers, the rest arrays."""
+        key = frozenset(needed)
+        fields = self._fields.get(key)
+        if fields is None:
+            wanted = {source for name in needed for source in _SOURCES.get(name, (name,))}
+            fields = self._fields[key] = tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
+        derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
+        return bind(Fields(derived), needed, system=self.system, ttype=self.ttype, score=self._score)
+
+    def _stages(self, batch: LayoutBatch, terms: Terms, outputs: Sequence[str], *, wrt: str | None = None,
+                only: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Every stage's *outputs*, ``(N, P_max)`` arrays, NaN past a layout's last stage (``stage_outputs``
+        per pipeline shape; *wrt*: their derivatives; *only*: weigh these layer counts alone)."""
+        n = len(batch)
+        stage_counts = functools.partial(self._stage_counts, batch)
+        pipelines = _Pipelines.of(batch, stage_counts)
+        p_max = max(p for p, _ in pipelines.present.values())
+        stages = {name: np.full((n, p_max), np.nan) for name in outputs}
+        bases = {o.removesuffix("_recomputed") for o in outputs}
+        needed = terms.arguments(bases) if wrt is None else terms.arguments((), slopes=(wrt,))
+        values = self._values(batch, needed)
+        for i, (p, vp) in pipelines.present.items():
+            rows = np.arange(n) if pipelines.index is None else np.flatnonzero(pipelines.index == i)
+            if not len(rows):
+                continue
+            picked = {k: (v[rows, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+            counts = stage_counts(p, vp)
+            if only is not None:
+                counts = {k: (c if k in only else np.zeros_like(c)) for k, c in counts.items()}
+            for name, value in stage_outputs(terms, picked, counts, outputs, wrt=wrt).items():
+                stages[name][rows, :p] = value
+        return stages
+
+
+@functools.cache
+def _arguments(name: str) -> tuple[str, ...]:
+    import generated
+
+    return generated.FORMULAS[name]["arguments"]
+
+
+def _add(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The sum of *parts* (a new array; the first part is not written to)."""
+    out = np.array(parts[0], dtype=np.float64)
+    for part in parts[1:]:
+        out = np.add(out, part, out=out) if out.shape == np.broadcast_shapes(out.shape, part.shape) else out + part
+    return out
 
 
 def _counts_used(stage_counts: StageCounts, pipelines: _Pipelines) -> tuple[str, ...]:
@@ -565,29 +438,6 @@ def _counts_used(stage_counts: StageCounts, pipelines: _Pipelines) -> tuple[str,
         counts = stage_counts(p, vp)
         used |= {name for name in STAGE_COUNT_NAMES if counts[name].any()}
     return tuple(name for name in STAGE_COUNT_NAMES if name in used)
-
-
-def _stages(n: int, stage_counts: StageCounts, pipelines: _Pipelines,
-            per_dim: Mapping[str, Mapping[str, _Compiled]], values: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Every stage's parts and total, ``(N, P_max)`` arrays, NaN past a layout's last stage."""
-    p_max = max(p for p, _ in pipelines.present.values())
-    stages = {name: np.full((n, p_max), np.nan) for name in (*_DIMS, "total")}
-    coefficient = {dim: {count: np.broadcast_to(f(values), (n,)) for count, f in fs.items()}
-                   for dim, fs in per_dim.items()}
-    for i, (p, vp) in pipelines.present.items():
-        rows = np.arange(n) if pipelines.index is None else np.flatnonzero(pipelines.index == i)
-        if not len(rows):
-            continue
-        counts = stage_counts(p, vp)
-        total = np.zeros((len(rows), p))
-        for dim in _DIMS:
-            part = np.zeros((len(rows), p))
-            for count, values_k in coefficient[dim].items():
-                part += values_k[rows, None] * counts[count][None, :]
-            stages[dim][rows, :p] = part
-            total += part
-        stages["total"][rows, :p] = total
-    return stages
 
 
 def _weighted_sum(parts: Sequence[np.ndarray], weights: Sequence[Any], out: np.ndarray, scratch: np.ndarray

@@ -9,7 +9,8 @@ from symbolic.attention import Attention, detect_attention
 from symbolic.formula import Formula
 
 from ...kernels import evaluator
-from .fields import Fields
+from ...pricing.stages import Fields
+from symbolic.vocabulary import CpAlgorithm, resolve_algorithm
 
 __all__ = ["ADAPTERS", "value", "variant_of"]
 
@@ -23,13 +24,13 @@ def value(formula: Formula, fields: Fields) -> float:
     return float(evaluator(formula.name)(**fields.values(formula.arguments)))
 
 
-def variant_of(fields: Fields, algo: object) -> tuple[cp.CpAlgorithm, Attention, bool]:
+def variant_of(fields: Fields, algo: object) -> tuple[CpAlgorithm, Attention, bool]:
     """(algorithm, attention, linear) as the original resolves them from a config.
 
     The check reproduces the original's fallbacks: an unset or unknown
     ``cp_algo`` reads as colossalai.
     """
-    algorithm = cp.resolve_algorithm(algo, lenient=True)
+    algorithm = resolve_algorithm(algo, lenient=True)
     attention = detect_attention(dc_kv=fields.num("dc_kv"), n_kv=fields.num("n_kv"), a=fields.num("a"))
     return algorithm, attention, fields.num("n_linrec") != 0
 
@@ -53,7 +54,7 @@ def _detailed(inputs: Mapping[str, Any]) -> dict[str, Any]:
     ints = {"cp_degree": int(cp_degree), "seq_len": int(f.num("s")), "batch_size": int(f.num("b"))}
     if cp_degree <= 1:
         # _cp_comm_zero: reports MHA / colossalai whatever the layer is (§10 item 21).
-        algorithm, attention, linear = cp.CpAlgorithm.COLOSSALAI, Attention.MHA, False
+        algorithm, attention, linear = CpAlgorithm.COLOSSALAI, Attention.MHA, False
     else:
         if f.num("a") <= 0:
             raise ValueError(f"a: attention heads must be positive when cp > 1, got {f.num('a')!r}")

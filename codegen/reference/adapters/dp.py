@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from symbolic import dp
 
 from ...kernels import evaluator
-from .fields import Fields
+from ...pricing.stages import Fields
 from .params import layer_variant, param_counts
 
 __all__ = ["ADAPTERS"]

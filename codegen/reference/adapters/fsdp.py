@@ -17,7 +17,7 @@ from symbolic.fsdp import RootTable
 
 from ...inputs import InputError, check_inputs
 from ...kernels import evaluator
-from .fields import Fields
+from ...pricing.stages import Fields
 from .params import param_counts
 
 __all__ = ["ADAPTERS", "fsdp_traffic", "fsdp_reduce_traffic"]

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from symbolic import registry
 
 from .cp import value
-from .fields import Fields
+from ...pricing.stages import Fields
 
 __all__ = ["ADAPTERS"]
 

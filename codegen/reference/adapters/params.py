@@ -8,7 +8,7 @@ from symbolic import params
 from symbolic.formula import Formula
 
 from ...kernels import evaluator
-from .fields import Fields
+from ...pricing.stages import Fields
 
 __all__ = ["ADAPTERS", "SWITCHES", "layer_variant", "arguments", "param_counts"]
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from symbolic import cp, recompute
+from symbolic import recompute
 from symbolic.attention import Attention
 
 from ...kernels import evaluator
 from . import ep as ep_adapter
 from . import tp as tp_adapter
 from .cp import variant_of
-from .fields import Fields
+from ...pricing.stages import Fields
+from symbolic.vocabulary import CpAlgorithm
 
 __all__ = ["ADAPTERS", "cp_variant"]
 
 
-def cp_variant(f: Fields) -> tuple[cp.CpAlgorithm, Attention, bool]:
+def cp_variant(f: Fields) -> tuple[CpAlgorithm, Attention, bool]:
     """The CP record variant as ``cp_comm_layer_detailed`` resolves it.
 
     At ``cp ≤ 1`` the record is ``_cp_comm_zero`` whatever the layer (its
@@ -26,7 +27,7 @@ def cp_variant(f: Fields) -> tuple[cp.CpAlgorithm, Attention, bool]:
         ValueError: naming ``a`` when cp > 1 and there are no heads, as the original raises.
     """
     if f.num("cp") <= 1:
-        return cp.CpAlgorithm.COLOSSALAI, Attention.MHA, False
+        return CpAlgorithm.COLOSSALAI, Attention.MHA, False
     if f.num("a") <= 0:
         raise ValueError(f"a: attention heads must be positive when cp > 1, got {f.num('a')!r}")
     return variant_of(f, f["cp_algo"])

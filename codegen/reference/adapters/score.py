@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...pricing.levels import DIMENSIONS, assign_levels, comm_score, hierarchy, parse_dim
-from .fields import Fields
+from ...pricing.stages import Fields
 
 __all__ = ["ADAPTERS"]
 

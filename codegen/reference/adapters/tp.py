@@ -8,23 +8,10 @@ from symbolic import tp
 from symbolic.formula import Formula
 
 from ...kernels import evaluator
-from .fields import Fields
+from ...pricing.stages import Fields, gather_switch
+from symbolic.vocabulary import LayerType
 
-__all__ = ["ADAPTERS", "gather_switch", "arguments", "is_moe"]
-
-
-def gather_switch(inputs: Mapping[str, Any]) -> float:
-    """``rec_op.gather`` as 0 or 1 (unset reads 0).
-
-    Raises:
-        ValueError: naming ``rec_op.gather`` when it is not a 0/1 switch: the
-            original bit-ors it with a flag, which means nothing for other values.
-    """
-    rec_op = inputs.get("rec_op", 0)
-    value = rec_op.get("gather", 0) if isinstance(rec_op, Mapping) else 0
-    if value not in (0, 1):  # True/False compare equal to 1/0
-        raise ValueError(f"rec_op.gather: expected a 0/1 switch, got {value!r}")
-    return float(value)
+__all__ = ["ADAPTERS", "arguments", "is_moe"]
 
 
 def arguments(formula: Formula, inputs: Mapping[str, Any]) -> dict[str, float]:
@@ -39,7 +26,7 @@ def is_moe(inputs: Mapping[str, Any]) -> bool:
 
 
 def _tp_comm_layer(inputs: Mapping[str, Any]) -> float:
-    formula = tp.layer_formula(is_moe(inputs), inputs.get("ctx_current_node", tp.LayerType.NOT_REC_LAYER))
+    formula = tp.layer_formula(is_moe(inputs), inputs.get("ctx_current_node", LayerType.NOT_REC_LAYER))
     return float(evaluator(formula.name)(**arguments(formula, inputs)))
 
 

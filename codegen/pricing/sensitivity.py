@@ -1,0 +1,325 @@
+"""Sensitivity: how a layout's communication cost responds to each parallel degree (``symcost sensitivity``).
+
+For a model, a layout and the run settings of ``symcost eval``, and for each
+degree or size ``x`` of ``t, cp, ep, d, p, m, b, s``:
+
+* **value** of the objective: the bottleneck stage's total (``max``, the
+  default: a pipeline runs at its slowest stage) or the sum of the stage
+  totals (``sum``), in the original's mixed units (see ``symcost eval``);
+  ``--with-recomp`` prices the recompute sums instead.
+* **derivative** ``∂objective/∂x``: the partial derivative of the stage
+  closed forms (``symbolic.model``; their terms' derivatives are generated
+  ahead of time as ``symbolic.model.SLOPES``) in ``x``'s symbol, with
+  every *derived* field held at its value for this layout — the switches
+  ``comm_t``, ``comm_ep``, ``comm_cp``, the expert degrees ``t_exp``,
+  ``d_exp``, the ZeRO levels ``comm_d_*``, the shard sizes ``shard_*`` /
+  ``gather_embed``, ``sp``, the measured ``max_rank_tokens``, the TIME
+  path's level-score factors and the stage's layer counts. Most are step
+  functions of the degrees, so holding them is their almost-everywhere
+  derivative 0; a few (``d_exp = d/ep``, the shard sizes) are proportional to
+  degrees within a branch but are held as well — they exist only at whole,
+  valid layouts, and their effect shows in the doubling ratio. Floors, ``Max``,
+  ``Min`` and ``Piecewise`` inside the closed forms follow
+  ``symbolic.sensitivity``. So ``d`` and ``m``, which the stage forms read
+  only through such fields (and through FSDP traffic), often have derivative
+  0; the doubling ratio is the number that sees the steps.
+  For ``p``, whose effect is through the layer counts per stage, the counts
+  are relaxed continuously: each body-layer count of a stage (``n_body``,
+  ``n_extra``, ``n_extra_sel``, ``n_full_rec``, ``n_sel_rec``) is its share of
+  an even split, ``∝ 1/p`` (``symbolic.sensitivity.split_derivative``); the
+  embedding and output layers stay where they are. That is the bottleneck
+  stage's slope (``max``); for ``sum`` the relaxation cancels — ``p`` stages of
+  ``n/p`` layers hold the same layers for every ``p`` — and only an explicit
+  ``p`` in the closed forms (FSDP's tied embedding) is differentiated.
+  For ``max`` the derivative is that of the stage attaining the maximum
+  (a.e.); where several stages tie, the largest of their derivatives (the
+  right derivative of the maximum). For ``sum``, the sum of the stages'.
+  Everything is priced by the one pricer (``codegen.pricing.pricer.StagePricer``),
+  on the generated evaluators, without SymPy.
+* **elasticity** ``x / objective · derivative`` (0 where the objective is 0):
+  percent change of the cost per percent change of ``x``.
+* **doubling ratio** ``objective(x·2) / objective``: the layout with ``x``
+  doubled in ``--layout`` priced from scratch exactly as ``symcost eval``
+  would (every field re-derived, stages rebuilt); ``null`` when the doubled
+  layout is invalid, with the violated constraint as the reason (shown in the
+  table; on stderr with ``--json``).
+
+The table is ranked by ``|elasticity|``, ties by ``|log doubling ratio|``.
+
+Public API::
+
+    Settings(device="A2", fsdp=False, recompute=None, with_recomp=False, ttype="FLOP", objective="max")
+    sensitivity(model, layout_text, settings=Settings(), degrees=DEGREES) -> Sensitivity
+    stage_derivatives(model, layout, settings, degrees=DEGREES) -> (stage totals, {degree: stage derivatives})
+    objective_curve(model, layout_text, degree, settings=Settings()) -> list[tuple[int, float]]
+    DegreeSensitivity, Sensitivity, OBJECTIVES
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from symbolic.vocabulary import DEGREES
+
+from ..configs.layouts import Layout, LayoutBatch, parse_layout, validate
+from ..configs.models import ModelConfig
+from .pricer import StagePricer
+from .stages import TTYPES
+
+__all__ = ["DEGREES", "OBJECTIVES", "Settings", "DegreeSensitivity", "Sensitivity", "sensitivity",
+           "stage_derivatives", "objective_curve", "check_degrees"]
+
+#: How stage totals combine into one number: the bottleneck stage, or all stages together.
+OBJECTIVES = ("max", "sum")
+
+#: Stages whose totals are within this relative distance of the maximum tie for the bottleneck.
+_TIE = 1e-12
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run settings of ``symcost eval`` and the objective.
+
+    Attributes:
+        device: hardware catalog name of the level model (A2 by default).
+        fsdp: price DP as FSDP traffic (``--fsdp``).
+        recompute: ``full``, ``selective``, ``none`` or ``N,N,…`` (``--recompute``); ``None`` keeps the model's.
+        with_recomp: price the recompute sums (``--with-recomp``).
+        ttype: ``FLOP`` (volumes) or ``TIME`` (level scores for DP, TP, CP).
+        objective: ``max`` (the bottleneck stage) or ``sum`` (over the stages).
+    """
+
+    device: str = "A2"
+    fsdp: bool = False
+    recompute: str | None = None
+    with_recomp: bool = False
+    ttype: str = "FLOP"
+    objective: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.ttype not in TTYPES:
+            raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {self.ttype!r}")
+        for name in ("fsdp", "with_recomp"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+
+    def pricer(self, model: ModelConfig) -> StagePricer:
+        """The pricer of *model* under these settings (layouts come with fsdp and recompute applied)."""
+        return StagePricer(model, device=self.device, with_recomp=self.with_recomp, ttype=self.ttype)
+
+
+@dataclass(frozen=True)
+class DegreeSensitivity:
+    """The objective's response to one degree (see the module docstring for the definitions).
+
+    Attributes:
+        name: the degree (``t``, ``cp``, …). value: its value in the layout.
+        derivative: ∂objective/∂x with the derived fields held. elasticity: x/objective · derivative.
+        doubling_ratio: objective(x·2)/objective, or ``None`` (see *reason*).
+        doubled_layout: the doubled ``--layout`` text. reason: why the ratio is ``None``.
+    """
+
+    name: str
+    value: int
+    derivative: float
+    elasticity: float
+    doubling_ratio: float | None
+    doubled_layout: str
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"value": self.value, "derivative": self.derivative, "elasticity": self.elasticity,
+                "doubling_ratio": self.doubling_ratio}
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Every degree's sensitivity at one layout.
+
+    Attributes:
+        objective: ``max`` or ``sum``. value: the objective at the layout.
+        layout: the layout as priced. stages: each stage's total. bottleneck: the stage(s) attaining the maximum.
+        degrees: per degree, in the order asked.
+    """
+
+    objective: str
+    value: float
+    layout: str
+    stages: tuple[float, ...]
+    bottleneck: tuple[int, ...]
+    degrees: dict[str, DegreeSensitivity] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"objective": self.objective, "value": self.value,
+                "degrees": {name: d.as_json() for name, d in self.degrees.items()}}
+
+    def ranked(self) -> list[DegreeSensitivity]:
+        """The degrees by |elasticity|, largest first; ties by |log doubling ratio| (an invalid doubling last)."""
+        def key(d: DegreeSensitivity) -> tuple[float, float]:
+            ratio = d.doubling_ratio
+            step = abs(math.log(ratio)) if ratio is not None and ratio > 0 else -1.0
+            return (-abs(d.elasticity), -step)
+        return sorted(self.degrees.values(), key=key)
+
+
+# --------------------------------------------------------------------------- pricing a layout
+
+
+def _layout(model: ModelConfig, text: str, settings: Settings) -> Layout:
+    layout = parse_layout(text, model.layout, fsdp=True if settings.fsdp else None, recompute=settings.recompute)
+    validate(model, layout)
+    return layout
+
+
+def _stage_totals(pricer: StagePricer, layout: Layout) -> np.ndarray:
+    stages = pricer.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True, validated=True).stages
+    return stages["total"][0, :layout.p]
+
+
+def _combine(totals: np.ndarray, objective: str) -> float:
+    return float(totals.max() if objective == "max" else totals.sum())
+
+
+def _degree_value(model: ModelConfig, layout: Layout, name: str) -> int:
+    if name == "s":
+        return int(layout.s or model.s)
+    return int(getattr(layout, name))
+
+
+def _with_key(text: str, key: str, value: int) -> str:
+    """*text* with ``key=value`` replacing the key's item, or appended."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    kept = [item for item in items if item.partition("=")[0].strip() != key]
+    return ",".join(kept + [f"{key}={value}"])
+
+
+def check_degrees(degrees: Sequence[str]) -> tuple[str, ...]:
+    """*degrees* as a tuple, each one of :data:`DEGREES`.
+
+    Raises:
+        ValueError: naming an unknown degree, or none given.
+    """
+    names = tuple(degrees)
+    unknown = [n for n in names if n not in DEGREES]
+    if unknown:
+        raise ValueError(f"degrees: unknown degree {unknown[0]!r}; known: {', '.join(DEGREES)}")
+    if not names:
+        raise ValueError(f"degrees: give at least one of {', '.join(DEGREES)}")
+    return names
+
+
+# --------------------------------------------------------------------------- derivatives
+
+
+def stage_derivatives(model: ModelConfig, layout: Layout, settings: Settings,
+                      degrees: Sequence[str] = DEGREES) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Each stage's priced total and its derivative in each degree, as arrays over the stages.
+
+    Args:
+        model, layout: a valid layout of the model (fsdp and recompute applied).
+        settings: the run settings; the objective decides the ``p`` derivative (per stage, counts
+            ∝ 1/p, for ``max``; the explicit ``p`` alone for ``sum``, see the module docstring).
+        degrees: names of :data:`DEGREES`.
+
+    Raises:
+        ValueError: naming an unknown degree.
+    """
+    degrees = check_degrees(degrees)
+    pricer = settings.pricer(model)
+    batch = LayoutBatch.from_layouts([layout])
+    totals = _stage_totals(pricer, layout)
+    # For the sum over stages, p stages of n/p body layers each hold the same layers whatever p is:
+    # the counts' relaxation cancels, and only an explicit p in the closed forms remains.
+    slopes = pricer.stage_slopes(batch, degrees, relax_p=settings.objective == "max")
+    return totals, {x: slope[0, :layout.p] for x, slope in slopes.items()}
+
+
+def _objective_slope(totals: np.ndarray, slopes: np.ndarray, objective: str) -> float:
+    if objective == "sum":
+        return float(slopes.sum())
+    top = totals.max()
+    tied = totals >= top - _TIE * abs(top)
+    return float(slopes[tied].max())
+
+
+# --------------------------------------------------------------------------- the analysis
+
+
+def sensitivity(model: ModelConfig, layout_text: str, settings: Settings = Settings(),
+                degrees: Sequence[str] = DEGREES) -> Sensitivity:
+    """The objective, and per degree its derivative, elasticity and doubling ratio.
+
+    Args:
+        model: the model (``load_model``).
+        layout_text: ``--layout`` text over the model's own layout, e.g. ``"d=32,t=4,p=8,m=144"``.
+        settings: run settings and objective.
+        degrees: names of :data:`DEGREES`, in the order to report them.
+
+    Raises:
+        ValueError: naming an unknown degree, an invalid layout's constraint (``LayoutError``),
+            an unknown device or setting.
+    """
+    degrees = check_degrees(degrees)
+    pricer = settings.pricer(model)  # an unknown device is an error naming it, before any work
+    layout = _layout(model, layout_text, settings)
+    totals, slopes = stage_derivatives(model, layout, settings, degrees)
+    value = _combine(totals, settings.objective)
+    top = totals.max()
+    bottleneck = tuple(int(i) for i in np.flatnonzero(totals >= top - _TIE * abs(top)))
+    result: dict[str, DegreeSensitivity] = {}
+    for x in degrees:
+        current = _degree_value(model, layout, x)
+        slope = _objective_slope(totals, slopes[x], settings.objective)
+        elastic = current * slope / value if value != 0 else 0.0
+        doubled_text = _with_key(layout_text, x, 2 * current)
+        ratio, reason = _doubling_ratio(pricer, model, doubled_text, settings, value)
+        result[x] = DegreeSensitivity(name=x, value=current, derivative=slope, elasticity=float(elastic),
+                                      doubling_ratio=ratio, doubled_layout=doubled_text, reason=reason)
+    return Sensitivity(objective=settings.objective, value=value, layout=str(layout),
+                       stages=tuple(float(v) for v in totals), bottleneck=bottleneck, degrees=result)
+
+
+def _price_text(pricer: StagePricer, model: ModelConfig, text: str, settings: Settings) -> float:
+    return _combine(_stage_totals(pricer, _layout(model, text, settings)), settings.objective)
+
+
+def _doubling_ratio(pricer: StagePricer, model: ModelConfig, doubled_text: str, settings: Settings,
+                    value: float) -> tuple[float | None, str | None]:
+    try:
+        doubled = _price_text(pricer, model, doubled_text, settings)
+    except ValueError as exc:  # LayoutError and every input error of the pricing path
+        return None, str(exc)
+    if value == 0:
+        return None, "the objective is 0 at the layout; the ratio is undefined"
+    return doubled / value, None
+
+
+def objective_curve(model: ModelConfig, layout_text: str, degree: str,
+                    settings: Settings = Settings()) -> list[tuple[int, float]]:
+    """The objective against one degree over its valid range: (value, objective) pairs, ascending.
+
+    The range is the powers of two from ``current/64`` to ``16·current`` (at least 1), and the
+    current value itself; each is priced as ``symcost eval`` would, and invalid layouts are left out.
+
+    Raises:
+        ValueError: naming an unknown degree, or an invalid layout at the current value.
+    """
+    (degree,) = check_degrees([degree])
+    pricer = settings.pricer(model)
+    layout = _layout(model, layout_text, settings)
+    current = _degree_value(model, layout, degree)
+    low, high = max(1, current // 64), 16 * current
+    candidates = {current} | {2 ** k for k in range(int(math.log2(high)) + 1) if 2 ** k >= low}
+    points = []
+    for x in sorted(candidates):
+        try:
+            points.append((x, _price_text(pricer, model, _with_key(layout_text, degree, x), settings)))
+        except ValueError:
+            continue
+    return points

@@ -1,0 +1,362 @@
+"""The one pricer's core: a pipeline stage's outputs from generated per-layer terms, weighed by layer counts.
+
+Every stage output is linear in the stage's layer counts (``symbolic.model``):
+
+    output = Σ_count count · term(role)
+
+with the roles of ``symbolic.vocabulary.STAGE_TERMS``. The terms are
+registered formulas that ``symcost compile`` generated ahead of time; each
+carries its identity as data (``generated.FORMULAS[name]["variant"]``:
+output, role and the variant fields it depends on), so a model's variant
+picks its terms by look-up — no SymPy, no name parsing. The numeric choices
+(ZeRO levels, FSDP's ``reshards`` / ``shard_spans_cp``, the TIME path's score
+factors, a system's ``original_stage_cost_scale``) are arguments of the terms,
+bound here.
+
+Who calls it: :class:`codegen.pricing.pricer.StagePricer` (arrays of layouts
+of one model, for ``symcost eval``, ``sensitivity`` and searchers) and the
+reference check's end-to-end functions (the original's case inputs). Both
+bind fields with :func:`bind` and weigh terms with :func:`stage_outputs`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+import generated
+from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_TERMS,
+                                 LayerType, attention_variant, detect_attention, resolve_algorithm, routing)
+
+from .levels import SCORE_FACTORS, score_factors
+
+__all__ = ["Fields", "Variant", "variant_of", "Terms", "terms_of", "bind", "stage_counts", "stage_outputs", "price",
+           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS"]
+
+#: The original's two stage conversions: volumes (FLOP) or level scores of DP, TP and CP (TIME).
+TTYPES = ("FLOP", "TIME")
+
+#: Degrees the TIME path's level scores depend on.
+_SCORE_DEGREES = ("d", "t", "cp", "p")
+
+
+class Fields:
+    """Config fields read the way the original reads its config: an unset field is 0, a boolean 0/1.
+
+    The original's config hands out 0 for any attribute it was never given, including
+    ``getattr(cfg, name, None)``; a value may be a number or an array (one per layout).
+    """
+
+    def __init__(self, inputs: Mapping[str, Any]):
+        self.raw = inputs
+
+    def __getitem__(self, name: str) -> Any:
+        value = self.raw.get(name, 0)
+        if isinstance(value, bool):
+            return float(value)
+        return value
+
+    def num(self, name: str) -> Any:
+        """The field as a float, or a float array; a text or a mapping is an error naming the field."""
+        value = self[name]
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            return value.astype(np.float64, copy=False)
+        raise ValueError(f"{name}: expected a number, got {value!r}")
+
+    def values(self, names: Iterable[str]) -> dict[str, Any]:
+        """The named fields as numbers (or arrays), for an evaluator's keyword arguments."""
+        return {n: self.num(n) for n in names}
+
+    def scalar(self, name: str) -> float:
+        """The field as one float: it picks a variant, which one call prices for every layout alike."""
+        value = self.num(name)
+        if isinstance(value, np.ndarray):
+            if value.size == 0 or not np.all(value == value.flat[0]):
+                raise ValueError(f"{name}: must be one value for every layout priced together")
+            return float(value.flat[0])
+        return value
+
+
+def gather_switch(inputs: Mapping[str, Any]) -> float:
+    """``rec_op.gather`` as 0 or 1 (unset reads 0).
+
+    Raises:
+        ValueError: naming ``rec_op.gather`` when it is not a 0/1 switch: the original bit-ors it
+            with a flag, which means nothing for other values.
+    """
+    rec_op = inputs.get("rec_op", 0)
+    value = rec_op.get("gather", 0) if isinstance(rec_op, Mapping) else 0
+    if value not in (0, 1):  # True/False compare equal to 1/0
+        raise ValueError(f"rec_op.gather: expected a 0/1 switch, got {value!r}")
+    return float(value)
+
+
+def max_rank_tokens(tokens_per_expert: Sequence[float], *, n_exp: int, ep: int) -> float:
+    """Most tokens one EP rank receives per micro-batch: max over ranks of its contiguous experts' counts.
+
+    Rank r holds experts ``r·E … r·E + E − 1`` with ``E = n_exp // ep`` (``n_exp`` of the config,
+    not the list's length; entries past ``n_exp`` are not read).
+
+    Raises:
+        ValueError: naming ``tokens_per_expert`` when it holds fewer than ``n_exp`` counts or a
+            count that is not a finite number >= 0.
+    """
+    n_exp, ep = int(n_exp), int(ep)
+    counts = np.asarray(tokens_per_expert, dtype=float)
+    if counts.ndim != 1 or counts.size < n_exp:
+        raise ValueError(f"tokens_per_expert: expected at least n_exp = {n_exp} counts, got {counts.size}")
+    counts = counts[:n_exp]
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+        raise ValueError("tokens_per_expert: counts must be finite numbers >= 0")
+    return float(counts.reshape(ep, n_exp // ep).sum(axis=1).max())
+
+
+# ----------------------------------------------------------------------------- variants and their terms
+
+#: A model variant as data: variant field → value, the pairs ``symbolic.model.StageVariant.keys`` writes.
+Variant = Mapping[str, str]
+
+
+def variant_of(f: Fields) -> dict[str, str]:
+    """The variant a configuration selects, each branch resolved as the original resolves it.
+
+    Raises:
+        ValueError: naming a field whose value differs between layouts priced together where it
+            picks the variant, or an unreadable ``tokens_per_expert``.
+    """
+    moe = f.scalar("n_exp") > 1
+    fsdp = bool(f.scalar("grad_shard_as_params"))
+    return {
+        "moe": "moe" if moe else "dense",
+        "routing": routing(f["tokens_per_expert"], n_exp=f.scalar("n_exp"), ep=f.scalar("ep"),
+                           comm_ep=f.scalar("comm_ep")).value,
+        "cp_algorithm": resolve_algorithm(f["cp_algo"], lenient=True).value,
+        "attention": detect_attention(dc_kv=f.scalar("dc_kv"), n_kv=f.scalar("n_kv"), a=f.scalar("a")).value,
+        "linear": "linear" if f.scalar("n_linrec") != 0 else "softmax",
+        "params": attention_variant(dc_kv=f.scalar("dc_kv"), dc_q=f.scalar("dc_q")).value,
+        "fsdp": "fsdp" if fsdp else "zero",
+        "tied": "tied" if f.scalar("tie_emb_out") else "untied",
+    }
+
+
+@functools.cache
+def _term_index() -> dict[tuple[str, str, str | None], tuple[tuple[frozenset, str], ...]]:
+    """(output, role, wrt) → ((variant pairs, function name), …) over the generated stage terms."""
+    index: dict[tuple[str, str, str | None], list[tuple[frozenset, str]]] = {}
+    for name, meta in generated.FORMULAS.items():
+        if meta["dimension"] not in ("stage", "stage_slope"):
+            continue
+        pairs = dict(meta["variant"])
+        key = (pairs.pop("output"), pairs.pop("role"), pairs.pop("wrt", None))
+        index.setdefault(key, []).append((frozenset(pairs.items()), name))
+    return {key: tuple(entries) for key, entries in index.items()}
+
+
+@dataclass(frozen=True, eq=False)  # identity: one object per variant (cached), a dictionary key
+class Terms:
+    """The terms of one variant: output → count → generated function name (nonzero terms only).
+
+    Attributes:
+        by_output: ``dp``, ``tp``, ``ep``, ``cp`` (their recompute counts included), ``dp_unconverted``
+            and ``dp_reduced``.
+        slopes: per degree, the same for the derivatives of ``dp``, ``tp``, ``ep``, ``cp``.
+    """
+
+    by_output: Mapping[str, Mapping[str, str]]
+    slopes: Mapping[str, Mapping[str, Mapping[str, str]]]
+
+    def arguments(self, outputs: Iterable[str], slopes: Iterable[str] = ()) -> set[str]:
+        """The generated functions' arguments for *outputs* (and the derivatives in *slopes*)."""
+        names = [n for o in outputs for n in self.by_output[o].values()]
+        names += [n for x in slopes for o in STAGE_DIMENSIONS for n in self.slopes[x][o].values()]
+        return {a for n in names for a in generated.FORMULAS[n]["arguments"]}
+
+
+_OUTPUT_TERMS = {"dp": "dp", "tp": "tp", "ep": "ep", "cp": "cp", "dp_unconverted": "dp", "dp_reduced": "dp"}
+
+
+def _find(output: str, role: str, wrt: str | None, variant: frozenset) -> str | None:
+    for pairs, name in _term_index().get((output, role, wrt), ()):
+        if pairs <= variant:
+            return name
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _terms(variant: frozenset, degrees: tuple[str, ...]) -> Terms:
+    def table(wrt: str | None, outputs: Iterable[str]) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for output in outputs:
+            out[output] = {}
+            for count, role in STAGE_TERMS[_OUTPUT_TERMS[output]].items():
+                name = _find(output, role, wrt, variant)
+                if name is not None:
+                    out[output][count] = name
+        return out
+
+    return Terms(table(None, _OUTPUT_TERMS), {x: table(x, STAGE_DIMENSIONS) for x in degrees})
+
+
+def terms_of(variant: Variant, degrees: Sequence[str] = ()) -> Terms:
+    """The generated terms of *variant* (and their derivatives in *degrees*).
+
+    Raises:
+        RuntimeError: if ``generated/`` holds no stage terms (run ``symcost compile``).
+    """
+    if not _term_index():
+        raise RuntimeError("generated/ holds no stage terms; run `symcost compile`")
+    return _terms(frozenset(variant.items()), tuple(degrees))
+
+
+# ----------------------------------------------------------------------------- binding values
+
+
+def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
+         score: Callable[..., Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
+
+    Fields are read from *f*; the switches are derived from them (``zero2_non_exp`` is 1 where
+    ``comm_d_non_exp`` is 2, …); ``gather`` from ``rec_op``; ``max_rank_tokens`` from
+    ``tokens_per_expert``; ``level_bound_0`` and ``stage_cost_scale`` from the *system*
+    (``hardware.System``); the score factors are 1 on the FLOP path and the level scores of a
+    unit volume on the TIME path (*score*, by default ``levels.score_factors`` on the system).
+
+    Raises:
+        ValueError: naming a field that is not a number, or an unknown *ttype*.
+    """
+    if ttype not in TTYPES:
+        raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
+    values: dict[str, Any] = {}
+    for name in sorted(set(names) - set(STAGE_COUNT_NAMES)):
+        if name in values:
+            continue
+        if name.startswith(("zero2_", "zero3_")):
+            level, _, which = name.partition("_")
+            values[name] = np.equal(f.num(f"comm_d_{which}"), float(level[-1])).astype(np.float64)
+        elif name == "gather":
+            values[name] = gather_switch(f.raw)
+        elif name == "max_rank_tokens":
+            values[name] = max_rank_tokens(f["tokens_per_expert"], n_exp=int(f.scalar("n_exp")),
+                                           ep=int(f.scalar("ep")))
+        elif name == "level_bound_0":
+            values[name] = float(system.level_bounds()[0])
+        elif name == "stage_cost_scale":
+            values[name] = system.original_stage_cost_scale
+        elif name in SCORE_FACTORS:
+            if ttype == "FLOP":
+                values[name] = 1.0
+            else:
+                factors = (score or functools.partial(score_factors, device=system.name))(
+                    **{k: f.num(k) for k in _SCORE_DEGREES})
+                values.update({k: v for k, v in factors.items() if k in SCORE_FACTORS})
+        else:
+            values[name] = f.num(name)
+    return values
+
+
+# ----------------------------------------------------------------------------- counts and outputs
+
+
+def stage_counts(stages: Sequence[Sequence[Sequence[str]]], n_lay: int) -> dict[str, np.ndarray]:
+    """Per stage, how many layers of each kind it holds (``symbolic.vocabulary.STAGE_COUNT_NAMES``).
+
+    *stages* lists each stage's chunks and each chunk's layer labels. Body layers are numbered
+    in model order — chunk by chunk, and within a chunk stage by stage — and the first
+    ``n_lay`` of them count as ``n_body`` (docs/model.md, "From layer to stage"); the rest are
+    the extra (MTP) layers.
+
+    Raises:
+        ValueError: naming ``stages`` for an unknown layer label.
+    """
+    counts = {name: np.zeros(len(stages)) for name in STAGE_COUNT_NAMES}
+    chunks = max((len(stage) for stage in stages), default=0)
+    position = 0
+    for c in range(chunks):
+        for s, stage in enumerate(stages):
+            for label in stage[c] if c < len(stage) else ():
+                try:
+                    kind = LayerType(label)
+                except ValueError:
+                    raise ValueError(f"stages: unknown layer type {label!r}; expected one of "
+                                     f"{', '.join(k.value for k in LayerType)}") from None
+                if kind is LayerType.EMBEDDING_LAYER:
+                    counts["n_embedding"][s] += 1
+                    continue
+                if kind is LayerType.OUTPUT_LAYER:
+                    counts["n_output"][s] += 1
+                    continue
+                if position < n_lay:
+                    counts["n_body"][s] += 1
+                elif kind is LayerType.SEL_REC_LAYER:
+                    counts["n_extra_sel"][s] += 1
+                else:
+                    counts["n_extra"][s] += 1
+                position += 1
+                if kind is LayerType.FULL_REC_LAYER:
+                    counts["n_full_rec"][s] += 1
+                elif kind is LayerType.SEL_REC_LAYER:
+                    counts["n_sel_rec"][s] += 1
+    return counts
+
+
+def evaluate_terms(names: Iterable[str], values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Each generated function of *names* on *values* (its arguments picked by name), once per name."""
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if name not in out:
+            out[name] = getattr(generated, name)(**{a: values[a] for a in generated.FORMULAS[name]["arguments"]})
+    return out
+
+
+def stage_outputs(terms: Terms, values: Mapping[str, Any], counts: Mapping[str, np.ndarray],
+                  outputs: Sequence[str] = ("dp", "tp", "ep", "cp"), *, wrt: str | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Every stage's *outputs*: ``Σ_count counts[count] · term``, broadcast over layouts and stages.
+
+    Args:
+        terms: the variant's terms (:func:`terms_of`).
+        values: the terms' arguments (:func:`bind`): numbers or arrays of shape ``(N, 1)`` for N
+            layouts (or ``(N,)`` with ``counts`` of shape ``(N,)``).
+        counts: per count name, the layers of that kind per stage, shape ``(P,)`` or ``(N, P)``.
+        outputs: names among ``dp, tp, ep, cp``, their ``*_recomputed`` sums, ``dp_unconverted``,
+            ``dp_reduced``.
+        wrt: a degree: weigh the terms' derivatives in it instead (``dp, tp, ep, cp`` and their
+            recompute sums; the layer counts held, as ``terms_of(…, degrees)`` made them).
+
+    Returns:
+        output → array of the broadcast shape of values and counts.
+    """
+    by_output = terms.by_output if wrt is None else terms.slopes[wrt]
+    evaluated = evaluate_terms((n for o in outputs for n in by_output[o.removesuffix("_recomputed")].values()), values)
+    out: dict[str, np.ndarray] = {}
+    for output in outputs:
+        base = output.removesuffix("_recomputed")
+        total: Any = 0.0
+        for count, name in by_output[base].items():
+            if count in RECOMPUTE_COUNT_NAMES and not output.endswith("_recomputed"):
+                continue
+            total = total + evaluated[name] * counts[count]
+        shape = np.broadcast_shapes(*(np.shape(c) for c in counts.values()))
+        out[output] = np.broadcast_to(np.asarray(total, dtype=np.float64), np.broadcast_shapes(np.shape(total), shape))
+    return out
+
+
+#: Every output :func:`price` can give (see :func:`stage_outputs`).
+OUTPUTS = ("dp", "tp", "ep", "cp", "tp_recomputed", "ep_recomputed", "cp_recomputed", "dp_unconverted", "dp_reduced")
+
+
+def price(f: Fields, counts: Mapping[str, np.ndarray], *, system: Any, ttype: str = "FLOP",
+          outputs: Sequence[str] = OUTPUTS) -> dict[str, np.ndarray]:
+    """The stage *outputs* of the configuration *f* (numbers, or per-layout arrays of shape ``(N, 1)``).
+
+    The one pricing path: the variant the fields select picks the generated terms, :func:`bind`
+    binds their arguments, and :func:`stage_outputs` weighs them by the stages' layer *counts*.
+    """
+    terms = terms_of(variant_of(f))
+    values = bind(f, terms.arguments({o.removesuffix("_recomputed") for o in outputs}), system=system, ttype=ttype)
+    return stage_outputs(terms, values, counts, outputs)

@@ -1,0 +1,253 @@
+"""The project's vocabulary, declared once: layer kinds, CP algorithms and their aliases, stage counts and outputs.
+
+Plain Python (no SymPy), so that the pricer, the layouts and the command line
+import the same names as the formulas without paying for SymPy. Every other
+module imports these; none declares its own copy.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "LayerType",
+    "LAYER_KINDS",
+    "BODY_KINDS",
+    "parse_layer_type",
+    "CpAlgorithm",
+    "CP_ALGORITHMS",
+    "CP_ALIASES",
+    "resolve_algorithm",
+    "STAGE_COUNT_NAMES",
+    "BODY_COUNT_NAMES",
+    "STAGE_DIMENSIONS",
+    "STAGE_OUTPUTS",
+    "PRICED_OUTPUTS",
+    "DEGREES",
+    "Attention",
+    "parse_attention",
+    "detect_attention",
+    "AttentionParams",
+    "attention_variant",
+    "Routing",
+    "routing",
+    "STAGE_TERMS",
+    "RECOMPUTE_COUNT_NAMES",
+]
+
+
+class LayerType(enum.Enum):
+    """The original's ``LayerType`` node labels, as its pipeline layouts and the reference cases spell them."""
+
+    EMBEDDING_LAYER = "EMBEDDING_LAYER"
+    OUTPUT_LAYER = "OUTPUT_LAYER"
+    NOT_REC_LAYER = "NOT_REC_LAYER"
+    FULL_REC_LAYER = "FULL_REC_LAYER"
+    SEL_REC_LAYER = "SEL_REC_LAYER"
+
+
+#: Every layer label, and the body (transformer) ones: not, fully and selectively recomputed.
+LAYER_KINDS: tuple[str, ...] = tuple(kind.value for kind in LayerType)
+BODY_KINDS: tuple[str, ...] = (LayerType.NOT_REC_LAYER.value, LayerType.FULL_REC_LAYER.value,
+                               LayerType.SEL_REC_LAYER.value)
+
+
+def parse_layer_type(name: object, field: str = "ctx_current_node") -> LayerType:
+    """The layer type called *name*.
+
+    Raises:
+        ValueError: naming *field* and the value when it is no layer type.
+    """
+    if isinstance(name, LayerType):
+        return name
+    try:
+        return LayerType(str(name).upper())
+    except ValueError:
+        raise ValueError(f"{field}: unknown layer type {name!r}; expected one of {', '.join(LAYER_KINDS)}") from None
+
+
+class CpAlgorithm(enum.Enum):
+    """How CP exchanges attention inputs. Values are the original's ``cp_algo`` labels."""
+
+    COLOSSALAI = "colossalai_cp"
+    HYBRID = "hybrid_cp"
+    ULYSSES = "ulysses_cp"
+
+    @property
+    def family(self) -> str:
+        """"ulysses" (all-to-all) or "ring" (colossalai and hybrid move the same K/V)."""
+        return "ulysses" if self is CpAlgorithm.ULYSSES else "ring"
+
+
+#: The labels a layout names a CP algorithm by.
+CP_ALGORITHMS: tuple[str, ...] = tuple(algo.value for algo in CpAlgorithm)
+
+#: Other spellings every entry point accepts: the original's accepted typo ``hybird_cp`` and short names.
+CP_ALIASES: dict[str, CpAlgorithm] = {
+    "hybird_cp": CpAlgorithm.HYBRID,
+    "colossalai": CpAlgorithm.COLOSSALAI,
+    "ring": CpAlgorithm.COLOSSALAI,
+    "hybrid": CpAlgorithm.HYBRID,
+    "ulysses": CpAlgorithm.ULYSSES,
+}
+
+
+def resolve_algorithm(name: object, *, lenient: bool = False, field: str = "cp_algo") -> CpAlgorithm:
+    """The algorithm a ``cp_algo`` value names (a label of :data:`CP_ALGORITHMS` or an alias, any case).
+
+    Args:
+        name: the value of ``cp_algo``.
+        lenient: reproduce the original's ``_resolve_cp_algo``: anything unknown, unset (0) or
+            empty is colossalai (docs/model.md, "Oddities kept on purpose").
+        field: the name to put in the error message.
+
+    Raises:
+        ValueError: naming *field* and the value, unless *lenient*.
+    """
+    if isinstance(name, CpAlgorithm):
+        return name
+    if isinstance(name, str):
+        key = name.strip().lower()
+        for algo in CpAlgorithm:
+            if key == algo.value:
+                return algo
+        if key in CP_ALIASES:
+            return CP_ALIASES[key]
+    if lenient:
+        return CpAlgorithm.COLOSSALAI
+    known = ", ".join([*CP_ALGORITHMS, *CP_ALIASES])
+    raise ValueError(f"{field}: unknown CP algorithm {name!r}; expected one of {known}")
+
+
+# ---------------------------------------------------------------- model variants, chosen before any expression
+
+class Attention(enum.Enum):
+    """Attention variants. ``label`` is the original's ``AttentionType`` string."""
+
+    MHA = "mha"
+    GQA = "gqa"
+    MQA = "mqa"
+    MLA = "mla"
+
+    @property
+    def label(self) -> str:
+        # The original has no MQA type: one K/V head is GQA to it.
+        return "gqa" if self is Attention.MQA else self.value
+
+
+def parse_attention(name: str) -> Attention:
+    """The variant called *name* (``mha``, ``gqa``, ``mqa``, ``mla``; any case).
+
+    Raises:
+        ValueError: naming the field and the value when *name* is unknown.
+    """
+    try:
+        return Attention(str(name).lower())
+    except ValueError:
+        known = ", ".join(x.value for x in Attention)
+        raise ValueError(f"attention: unknown attention type {name!r}; expected one of {known}") from None
+
+
+def detect_attention(*, dc_kv: float, n_kv: float, a: float) -> Attention:
+    """The original's ``detect_attention_type``: MLA if dc_kv > 0, GQA if n_kv < a, else MHA.
+
+    Unset fields read as 0, so an unset ``n_kv`` detects as GQA (and its width
+    then falls back to ``a`` heads). One K/V head is reported as GQA, as the
+    original does; ask for ``Attention.MQA`` explicitly to get its closed form.
+    """
+    if dc_kv > 0:
+        return Attention.MLA
+    if n_kv < a:
+        return Attention.GQA
+    return Attention.MHA
+
+
+class AttentionParams(enum.Enum):
+    """How a layer's attention weights are laid out, as the parameter count distinguishes them."""
+
+    #: Separate Q, K, V and O projections (MHA, GQA, MQA): ``dc_kv = 0``.
+    STANDARD = "standard"
+    #: MLA whose queries go through a latent of rank ``dc_q`` (``dc_q ≠ 0``).
+    MLA_Q_LATENT = "mla_q_latent"
+    #: MLA whose queries are projected directly (``dc_q = 0``).
+    MLA_Q_DIRECT = "mla_q_direct"
+
+
+def attention_variant(*, dc_kv: float, dc_q: float) -> AttentionParams:
+    """The layout the original's branches pick: ``dc_kv == 0`` is standard, else MLA by ``dc_q``'s truthiness."""
+    if dc_kv == 0:
+        return AttentionParams.STANDARD
+    return AttentionParams.MLA_Q_LATENT if dc_q else AttentionParams.MLA_Q_DIRECT
+
+
+class Routing(enum.Enum):
+    """How the EP volume counts the tokens a rank exchanges."""
+
+    BALANCED = "balanced"
+    IMBALANCED = "imbalanced"
+
+
+def routing(tokens_per_expert: object, *, n_exp: float, ep: float, comm_ep: float = 1.0) -> Routing:
+    """The branch the original takes for a ``tokens_per_expert`` value (unset reads 0).
+
+    Imbalanced only for a non-empty list when EP communicates (``ep > 1``
+    and ``comm_ep ≠ 0``; otherwise the volume is 0 and nothing else is read)
+    and ``ep`` divides ``n_exp``.
+
+    Raises:
+        ValueError: naming ``tokens_per_expert`` when it is neither unset (0) nor a list.
+    """
+    if ep <= 1 or comm_ep == 0:
+        return Routing.BALANCED  # the original returns 0 before it looks at the list
+    if isinstance(tokens_per_expert, (list, tuple)):
+        if not tokens_per_expert or n_exp % ep != 0:
+            return Routing.BALANCED
+        return Routing.IMBALANCED
+    if tokens_per_expert is None or (isinstance(tokens_per_expert, (int, float)) and not tokens_per_expert):
+        return Routing.BALANCED  # `not tokens` falls back; an unset field reads 0 (oddity 17)
+    raise ValueError(f"tokens_per_expert: expected a list of token counts per expert, got {tokens_per_expert!r}")
+
+
+# ---------------------------------------------------------------- stage assembly
+
+#: The layer counts a pipeline stage's closed forms are linear in (symbols of ``symbolic.symbols``):
+#: embedding and output layers; body layers among the model's first ``n_lay`` (``n_body``, which alone
+#: carry DP); body layers past ``n_lay`` (multi-token prediction), plain and selective; and the layers
+#: the recompute sums add again.
+STAGE_COUNT_NAMES: tuple[str, ...] = ("n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel",
+                                      "n_full_rec", "n_sel_rec")
+
+#: The counts that are a share of the body layers (relaxed as ∝ 1/p for the sensitivity to p).
+BODY_COUNT_NAMES: tuple[str, ...] = ("n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
+
+#: The parallel dimensions a stage's communication is split into, in the order every output lists them.
+STAGE_DIMENSIONS: tuple[str, ...] = ("dp", "tp", "ep", "cp")
+
+#: A stage's outputs: the converted parts and totals, with and without the recompute sums, the
+#: unconverted DP volume and its all-reduced bytes (for the reduce share).
+STAGE_OUTPUTS: tuple[str, ...] = ("dp", "tp", "ep", "cp", "total", "tp_recomputed", "ep_recomputed",
+                                  "cp_recomputed", "total_recomputed", "dp_unconverted", "dp_reduced")
+
+#: The degrees and sizes sensitivity differentiates by, in the order it reports them.
+DEGREES: tuple[str, ...] = ("t", "cp", "ep", "d", "p", "m", "b", "s")
+
+#: The stage outputs a searcher ranks layouts by (the converted parts and totals).
+PRICED_OUTPUTS: tuple[str, ...] = STAGE_OUTPUTS[:9]
+
+#: How each stage output weighs its per-layer terms: output → count → the term's role. A stage's
+#: output is ``Σ_count count · term(role)``; the pricer and the closed forms of ``symbolic.model``
+#: both read this one table. ``n_full_rec`` / ``n_sel_rec`` weigh only the recompute sums
+#: (``*_recomputed``): the traffic a recomputed layer adds again. DP is carried by the body layers
+#: among the first ``n_lay`` and, with FSDP, by the embedding and output tables.
+STAGE_TERMS: dict[str, dict[str, str]] = {
+    "dp": {"n_body": "layer", "n_embedding": "embedding", "n_output": "output"},
+    "tp": {"n_embedding": "layer", "n_output": "layer", "n_body": "layer", "n_extra": "layer",
+           "n_extra_sel": "selective_layer", "n_full_rec": "full_again", "n_sel_rec": "selective_again"},
+    "ep": {"n_embedding": "layer", "n_output": "layer", "n_body": "layer", "n_extra": "layer",
+           "n_extra_sel": "layer", "n_full_rec": "full_again", "n_sel_rec": "selective_again"},
+    "cp": {"n_body": "layer", "n_extra": "layer", "n_extra_sel": "layer", "n_full_rec": "full_again",
+           "n_sel_rec": "selective_again"},
+}
+
+#: The counts that weigh only the recompute sums.
+RECOMPUTE_COUNT_NAMES: tuple[str, ...] = ("n_full_rec", "n_sel_rec")
