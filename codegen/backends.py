@@ -7,9 +7,18 @@ ranked, the template folder and the templates to render, and where its files
 go under ``generated/``. The lowering (CSE, rewrites) and the compiler (file
 set, header, writing, ``--check``) are shared.
 
-The NumPy backend, ``NUMPY``, writes ``generated/``: blocked, in-place
-NumPy statements (``numpy.multiply(x, y, out=r0)``, written by
-``NumPyEmitter``), ranked by NumPy calls per block, then by operation count.
+Two backends, both written by ``symcost compile``:
+
+* ``NUMPY`` — ``generated/``: blocked, in-place NumPy statements
+  (``numpy.multiply(x, y, out=r0)``, written by ``NumPyEmitter``), ranked by
+  NumPy calls per block, then by operation count. The default, and the only
+  target that needs nothing beyond NumPy.
+* ``NUMBA`` — ``generated/fused/``: one ``numba.njit`` loop per formula over
+  the broadcast inputs, the CSE temporaries as scalars in the loop body
+  (``codegen.printer.ScalarPrinter``), ranked by operation count. Each
+  element is read once and written once, so a call costs about one pass
+  over memory. Importing ``generated.fused`` needs numba; ``generated``
+  never imports it.
 """
 
 from __future__ import annotations
@@ -19,10 +28,10 @@ from typing import Callable, Sequence
 
 import sympy
 
-from .lowering import RESERVED_NAMES, Program, in_place_program
-from .printer import print_numpy
+from .lowering import RESERVED_NAMES, Program, in_place_program, loop_program
+from .printer import print_numpy, print_scalar
 
-__all__ = ["Backend", "Templates", "NumPyEmitter", "NUMPY", "BACKENDS", "by_name"]
+__all__ = ["Backend", "Templates", "NumPyEmitter", "NUMPY", "NUMBA", "BACKENDS", "by_name"]
 
 CseForm = Sequence[tuple[sympy.Symbol, sympy.Expr]]
 
@@ -123,6 +132,20 @@ def _numpy_rank(program: Program, ops: int) -> tuple[int, ...]:
     return (program.calls, ops)
 
 
+def _scalar_printer(expr: sympy.Basic, arguments: tuple[str, ...]) -> str:
+    return print_scalar(expr, frozenset(arguments))
+
+
+def _loop_schedule(temps: CseForm, result: sympy.Expr, arguments: tuple[str, ...]) -> Program:
+    indexed = frozenset(arguments)
+    return loop_program(temps, result, lambda e: print_scalar(e, indexed))
+
+
+def _loop_rank(program: Program, ops: int) -> tuple[int, ...]:
+    # In a loop body every operation costs about the same; fewer is cheaper.
+    return (ops,)
+
+
 NUMPY = Backend(
     name="numpy",
     package="",
@@ -134,8 +157,20 @@ NUMPY = Backend(
     reserved=RESERVED_NAMES,
 )
 
+NUMBA = Backend(
+    name="numba",
+    package="fused",
+    template_dir="numba",
+    templates=Templates(),
+    printer=_scalar_printer,
+    schedule=_loop_schedule,
+    rank=_loop_rank,
+    reserved=frozenset({"numpy", "out", "i", "result", "arrays", "_runtime"}),
+    requires=("numba",),
+)
+
 #: Every backend ``symcost compile`` writes, in the order it renders them.
-BACKENDS: tuple[Backend, ...] = (NUMPY,)
+BACKENDS: tuple[Backend, ...] = (NUMPY, NUMBA)
 
 
 def by_name(name: str) -> Backend:

@@ -9,13 +9,19 @@ fingerprint differs from the registry's), is evaluated through
 numbers are then still right, and ``symcost compile --check`` (and the
 regeneration test) fail until ``generated/`` is rebuilt. ``lambdified`` is
 also the reference the tests compare the generated code with.
+
+``evaluator(name, backend=...)`` picks the target: ``"numpy"`` (the
+default, ``generated/``), ``"numba"`` (``generated/fused/``: the same
+functions as one loop each, compiled on first use; needs the optional extra
+``fast``) or ``"auto"`` (numba where it is installed, else NumPy).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import sympy
@@ -23,9 +29,17 @@ import sympy
 from symbolic import registry
 from symbolic.formula import Formula
 
-__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions"]
+__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions", "fused_available", "BackendName"]
 
 Evaluator = Callable[..., np.ndarray]
+
+#: What ``evaluator`` accepts as *backend*.
+BackendName = Literal["numpy", "numba", "auto"]
+
+
+def fused_available() -> bool:
+    """Whether numba is installed, so that ``generated.fused`` (the fused target) can be imported."""
+    return importlib.util.find_spec("numba") is not None
 
 
 @functools.cache
@@ -99,13 +113,44 @@ def generated_function(name: str) -> Evaluator | None:
     return getattr(generated, name)
 
 
+def fused_function(name: str) -> Evaluator | None:
+    """The fused (numba) function of formula *name* if ``generated/fused`` holds it for the current expression.
+
+    Both packages are written by one ``symcost compile`` and share the ``FORMULAS`` table, so the
+    NumPy package's fingerprint speaks for both.
+
+    Raises:
+        ImportError: numba is not installed (the message says how to install it).
+    """
+    if generated_function(name) is None:
+        return None
+    import generated.fused as fused  # raises ImportError naming the extra when numba is missing
+
+    return getattr(fused, name, None)
+
+
 @functools.cache
-def evaluator(name: str) -> Evaluator:
-    """The evaluator of formula *name*: its generated function, else (not compiled yet) lambdify.
+def evaluator(name: str, backend: BackendName = "numpy") -> Evaluator:
+    """The evaluator of formula *name* for *backend*: its generated function, else (not compiled yet) lambdify.
+
+    Args:
+        name: a registered formula.
+        backend: ``"numpy"`` (``generated/``), ``"numba"`` (``generated/fused/``, needs numba) or
+            ``"auto"`` (numba when installed, else NumPy). The numbers are the same to rounding.
 
     Raises:
         KeyError: naming an unknown formula.
+        ValueError: an unknown *backend*.
+        ImportError: ``backend="numba"`` without numba installed.
     """
+    if backend == "auto":
+        backend = "numba" if fused_available() else "numpy"
+    if backend == "numba":
+        fused = fused_function(name)
+        if fused is not None:
+            return fused
+    elif backend != "numpy":
+        raise ValueError(f"unknown backend {backend!r}: use 'numpy', 'numba' or 'auto'")
     fn = generated_function(name)
     if fn is not None:
         return fn
