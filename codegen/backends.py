@@ -12,7 +12,10 @@ Two backends, both written by ``symcost compile``:
 * ``NUMPY`` — ``generated/``: blocked, in-place NumPy statements
   (``numpy.multiply(x, y, out=r0)``, written by ``NumPyEmitter``), ranked by
   NumPy calls per block, then by operation count. The default, and the only
-  target that needs nothing beyond NumPy.
+  target that needs nothing beyond NumPy. The array API has no ``out=``, so
+  for arrays of another library (JAX, CuPy, …) each function also holds a
+  plain path: the CSE form as whole-array expressions on that library's
+  namespace (``codegen.printer.ArrayApiPrinter``), JAX in, JAX out.
 * ``NUMBA`` — ``generated/fused/``: one ``numba.njit`` loop per formula over
   the broadcast inputs, the CSE temporaries as scalars in the loop body
   (``codegen.printer.ScalarPrinter``), ranked by operation count. Each
@@ -29,7 +32,7 @@ from typing import Callable, Sequence
 import sympy
 
 from .lowering import RESERVED_NAMES, Program, in_place_program, loop_program
-from .printer import print_numpy, print_scalar
+from .printer import print_array_api, print_numpy, print_scalar
 
 __all__ = ["Backend", "Templates", "NumPyEmitter", "NUMPY", "NUMBA", "BACKENDS", "by_name"]
 
@@ -60,6 +63,8 @@ class Backend:
         rank: cost of a candidate form (its program, its operation count); the lowest is kept.
         reserved: names its generated code binds, which no argument may take.
         requires: modules its output imports besides NumPy.
+        plain_printer: one expression for a second, plain code path (NumPy: arrays of another
+            array-API library, ``xp``), or None.
     """
 
     name: str
@@ -71,6 +76,7 @@ class Backend:
     rank: Callable[[Program, int], tuple[int, ...]]
     reserved: frozenset[str]
     requires: tuple[str, ...] = ()
+    plain_printer: Callable[[sympy.Basic], str] | None = None
 
     # -- what lowering asks (codegen.lowering.Target)
 
@@ -82,6 +88,9 @@ class Backend:
 
     def cost(self, program: Program, ops: int) -> tuple[int, ...]:
         return self.rank(program, ops)
+
+    def print_plain(self, expr: sympy.Basic) -> str | None:
+        return None if self.plain_printer is None else self.plain_printer(expr)
 
     # -- file layout
 
@@ -155,6 +164,7 @@ NUMPY = Backend(
     schedule=_numpy_schedule,
     rank=_numpy_rank,
     reserved=RESERVED_NAMES,
+    plain_printer=print_array_api,
 )
 
 NUMBA = Backend(

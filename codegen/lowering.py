@@ -72,7 +72,7 @@ class CodegenError(ValueError):
 
 
 #: Names the generated function body binds besides the formula's arguments.
-RESERVED_NAMES = frozenset({"numpy", "call", "out", "_runtime"})
+RESERVED_NAMES = frozenset({"numpy", "call", "out", "_runtime", "xp"})
 
 _TEMP_PREFIX = "tmp"
 _REAL_PREFIX = "r"
@@ -496,6 +496,9 @@ class Target(Protocol):
     def cost(self, program: Program, ops: int) -> tuple[int, ...]:
         """Rank of a candidate (smaller is cheaper); *ops* is ``count_ops`` of its CSE form."""
 
+    def print_plain(self, expr: sympy.Basic) -> str | None:
+        """*expr* for the backend's plain path (``Lowered.plain``), or None when it has none."""
+
 
 # ------------------------------------------------------------------ lowered form
 
@@ -533,6 +536,8 @@ class Lowered:
         calls: array-library calls per evaluation (per block); 0 for an element-wise loop.
         rewrite: the name of the rewrite the CSE form was built from.
         fingerprint: ``formula_fingerprint`` of the formula.
+        plain: the same CSE form as ``(name, code)`` pairs, the result last as ``out``, in the
+            backend's plain printer (NumPy: any array-API namespace ``xp``); empty when it has none.
     """
 
     name: str
@@ -555,6 +560,7 @@ class Lowered:
     calls: int
     rewrite: str
     fingerprint: str
+    plain: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -563,6 +569,11 @@ class _Candidate:
     temporaries: tuple[tuple[sympy.Symbol, sympy.Expr], ...]
     result: sympy.Expr
     program: Program
+
+    def plain(self, target: Target) -> tuple[tuple[str, str], ...]:
+        named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
+        printed = [(name, target.print_plain(e)) for name, e in named]
+        return () if any(code is None for _, code in printed) else tuple(printed)  # type: ignore[misc]
 
     def steps(self, target: Target, arguments: tuple[str, ...]) -> tuple[Step, ...]:
         named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
@@ -649,6 +660,7 @@ def lower(formula: Formula, backend: Target | None = None) -> Lowered:
         # The backend's cost, then the order of REWRITES: min keeps the first of equals.
         best = min(candidates, key=lambda c: backend.cost(c.program, c.ops))
         steps = best.steps(backend, arguments)
+        plain = best.plain(backend)
     except PrintMethodNotImplementedError as exc:
         first = str(exc).splitlines()[0]
         raise CodegenError(f"formula {formula.name}: cannot print {sympy.sstr(expr)!r} for {backend.name}: "
@@ -675,4 +687,5 @@ def lower(formula: Formula, backend: Target | None = None) -> Lowered:
         calls=best.program.calls,
         rewrite=best.rewrite,
         fingerprint=formula_fingerprint(formula),
+        plain=plain,
     )
