@@ -39,7 +39,10 @@ BackendName = Literal["numpy", "numba", "auto"]
 
 def fused_available() -> bool:
     """Whether numba is installed, so that ``generated.fused`` (the fused target) can be imported."""
-    return importlib.util.find_spec("numba") is not None
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a broken install, or numba blocked in sys.modules
+        return False
 
 
 @functools.cache
