@@ -1,4 +1,4 @@
-"""How fast are the generated evaluators? Configurations per second, four ways, same layouts.
+"""How fast are the generated evaluators? Configurations per second, six ways, same layouts.
 
 For each timed formula, on the same N random valid layouts in one process:
 
@@ -8,13 +8,21 @@ For each timed formula, on the same N random valid layouts in one process:
 * ``lambdify_cse``: ``sympy.lambdify(symbols, expr, "numpy", cse=True)``;
 * ``hand_numpy``: a vectorised NumPy version written by hand as an expert
   would, straightforwardly;
-* ``generated``: the function ``symcost compile`` writes.
+* ``generated``: the function ``symcost compile`` writes (NumPy target);
+* ``fused``: its twin in ``generated/fused`` (numba target; ``null`` when
+  numba is not installed), compiled before timing;
+* ``memory_floor``: not an evaluator but the least any can do: one pass over
+  the same inputs, each read once (``numpy.add.reduce``) and the output
+  written once (``fill``). A fused kernel near this rate is memory-bound.
 
-Every way's numbers are checked against the generated ones first
-(relative 1e-9). Each rate is N over the median of ``--repeat`` runs. The
-table is followed by one JSON line::
+Every evaluator's numbers are checked against the generated ones first
+(relative 1e-9). Timing alternates the ways round by round (one call of
+each per round, ``--repeat`` rounds after a warm-up round), so that a slow
+spell of the machine hits every way alike; each rate is N over the median
+of a way's rounds. The table is followed by one JSON line::
 
-    {"n": N, "formulas": {NAME: {"scalar_loop": R, "lambdify_cse": R, "hand_numpy": R, "generated": R}}}
+    {"n": N, "formulas": {NAME: {"scalar_loop": R, "lambdify_cse": R, "hand_numpy": R, "generated": R,
+                                 "fused": R, "memory_floor": R}}}
 
 Formulas timed:
 
@@ -26,7 +34,7 @@ Formulas timed:
   (e.g. from ``symbolic/model.py``), put its name in ``MOE_LAYER_REGISTERED``
   and the benchmark times the committed function instead.
 
-Usage: ``python3 bench/evaluators.py [--n 1000000] [--repeat 5] [--loop-n 20000] [--seed 0]``
+Usage: ``python3 bench/evaluators.py [--n 1000000] [--repeat 7] [--loop-n 20000] [--seed 0]``
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ Values = Mapping[str, np.ndarray]
 
 # ----------------------------------------------------------------- layouts
 
-#: Choices per symbol for realistic layouts (FORMULAS.md §1 "typical"); others by their declared kind.
+#: Choices per symbol for realistic layouts (typical model and cluster sizes); others by their declared kind.
 _CHOICES: dict[str, tuple[float, ...]] = {
     "s": (4096, 8192, 16384, 32768, 65536, 131072),
     "b": (1, 2, 3, 4),
@@ -128,7 +136,7 @@ def cp_traffic_hand(v: Values) -> np.ndarray:
 
 # ----------------------------------------------------------------- MoE layer: DP + TP + EP + CP
 
-#: The registered per-layer formulas whose sum a MoE layer adds in the stage walk (FORMULAS.md §8):
+#: The registered per-layer formulas whose sum a MoE layer adds in the stage walk:
 #: DP at ZeRO level 2 for both parameter groups, TP of a MoE layer, balanced EP, and the CP record's
 #: comm_volume for Ulysses with MLA (0 at cp <= 1, as the walk counts it).
 MOE_LAYER_PARTS = (
@@ -192,14 +200,17 @@ def moe_layer_hand(v: Values) -> np.ndarray:
 # ----------------------------------------------------------------- timing
 
 
-def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm up: first-touch of buffers, caches
-    times = []
+def _rates(ways: Mapping[str, Callable[[], object]], sizes: Mapping[str, int], repeat: int) -> dict[str, float]:
+    """Layouts per second of each way: one warm-up round, then *repeat* rounds of one call per way."""
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    for fn in ways.values():
+        fn()  # warm up: first touch of buffers, caches, a kernel's compilation
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for way, fn in ways.items():
+            start = time.perf_counter()
+            fn()
+            times[way].append(time.perf_counter() - start)
+    return {w: sizes[w] / statistics.median(t) for w, t in times.items()}
 
 
 def _agree(name: str, way: str, got: np.ndarray, want: np.ndarray) -> None:
@@ -209,10 +220,10 @@ def _agree(name: str, way: str, got: np.ndarray, want: np.ndarray) -> None:
                          f"{np.ravel(got)[i]!r} vs {np.ravel(want)[i]!r}")
 
 
-def time_formula(formula: Formula, generated: Callable[..., np.ndarray], scalar: Callable[..., float],
-                 hand: Callable[[Values], np.ndarray], n: int, loop_n: int, repeat: int,
-                 rng: np.random.Generator) -> dict[str, float]:
-    """Rates (layouts per second) of the four ways on the same layouts."""
+def time_formula(formula: Formula, generated: Callable[..., np.ndarray], fused: Callable[..., np.ndarray] | None,
+                 scalar: Callable[..., float], hand: Callable[[Values], np.ndarray], n: int, loop_n: int,
+                 repeat: int, rng: np.random.Generator) -> dict[str, float | None]:
+    """Rates (layouts per second) of every way on the same layouts; ``fused`` is None without numba."""
     args = formula.arguments
     values = layouts(args, n, rng)
     symbols = sorted(formula.expr.free_symbols, key=lambda x: x.name)
@@ -223,6 +234,8 @@ def time_formula(formula: Formula, generated: Callable[..., np.ndarray], scalar:
     with np.errstate(divide="ignore", invalid="ignore"):  # lambdify's select evaluates dead branches
         _agree(formula.name, "lambdify_cse", lam(*positional), want)
     _agree(formula.name, "hand_numpy", hand(values), want)
+    if fused is not None:
+        _agree(formula.name, "fused", fused(**values), want)
     m = min(loop_n, n)
     rows = [dict(zip(args, row)) for row in zip(*(values[a][:m].tolist() for a in args))]
     _agree(formula.name, "scalar_loop", np.array([scalar(**r) for r in rows]), want[:m])
@@ -235,31 +248,49 @@ def time_formula(formula: Formula, generated: Callable[..., np.ndarray], scalar:
         with np.errstate(divide="ignore", invalid="ignore"):
             lam(*positional)
 
-    return {
-        "scalar_loop": m / _median_seconds(loop, max(1, repeat // 2)),
-        "lambdify_cse": n / _median_seconds(lambdified, repeat),
-        "hand_numpy": n / _median_seconds(lambda: hand(values), repeat),
-        "generated": n / _median_seconds(lambda: generated(**values), repeat),
+    inputs = list(values.values())
+    floor_out = np.empty(n)
+
+    def memory_floor() -> None:
+        for a in inputs:
+            np.add.reduce(a)
+        floor_out.fill(0.0)
+
+    ways: dict[str, Callable[[], object]] = {
+        "lambdify_cse": lambdified,
+        "hand_numpy": lambda: hand(values),
+        "generated": lambda: generated(**values),
+        "memory_floor": memory_floor,
     }
+    if fused is not None:
+        ways["fused"] = lambda: fused(**values)
+    rates: dict[str, float | None] = dict(_rates(ways, dict.fromkeys(ways, n), repeat))
+    # The scalar loop is orders of magnitude slower: timed on its own, on its subset, fewer rounds.
+    rates.update(_rates({"scalar_loop": loop}, {"scalar_loop": m}, max(1, repeat // 2)))
+    rates.setdefault("fused", None)
+    return rates
 
 
-def _moe_generated(formula: Formula, workdir: Path) -> Callable[..., np.ndarray]:
-    """The code generator's function for *formula*, from a package written under *workdir*."""
+def _moe_generated(formula: Formula, workdir: Path, with_fused: bool
+                   ) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray] | None]:
+    """The code generator's NumPy and fused functions for *formula*, from a package written under *workdir*."""
     if MOE_LAYER_REGISTERED is not None:
         import generated
 
-        return getattr(generated, MOE_LAYER_REGISTERED)
+        fused = getattr(importlib.import_module("generated.fused"), MOE_LAYER_REGISTERED) if with_fused else None
+        return getattr(generated, MOE_LAYER_REGISTERED), fused
     package = "symcost_bench_generated"
     write_tree(render_tree([formula]), workdir / package)
     sys.path.insert(0, str(workdir))
     module = importlib.import_module(package)
-    return getattr(module, formula.name)
+    fused = getattr(importlib.import_module(f"{package}.fused"), formula.name) if with_fused else None
+    return getattr(module, formula.name), fused
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="layouts per formula (default 1,000,000)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per way; the median counts")
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds (one call per way each); the median counts")
     parser.add_argument("--loop-n", type=int, default=20_000, help="layouts the scalar loop runs on")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -267,28 +298,40 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n, --repeat and --loop-n must be positive")
 
     import generated
+    from codegen.kernels import fused_available
 
+    with_fused = fused_available()
+    fused_cp = None
+    if with_fused:
+        import generated.fused
+
+        fused_cp = generated.fused.cp_ulysses_mla_traffic_bytes
+    else:
+        print("numba is not installed: no fused column (pip install -e '.[fast]')", file=sys.stderr)
     rng = np.random.default_rng(args.seed)
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, float | None]] = {}
     cp_formula = registry.get("cp_ulysses_mla_traffic_bytes")
-    results[cp_formula.name] = time_formula(cp_formula, generated.cp_ulysses_mla_traffic_bytes,
+    results[cp_formula.name] = time_formula(cp_formula, generated.cp_ulysses_mla_traffic_bytes, fused_cp,
                                             cp_traffic_scalar, cp_traffic_hand, args.n, args.loop_n,
                                             args.repeat, rng)
     moe = registry.get(MOE_LAYER_REGISTERED) if MOE_LAYER_REGISTERED else moe_layer_formula()
     with tempfile.TemporaryDirectory(prefix="symcost-bench-") as tmp:
-        results[moe.name] = time_formula(moe, _moe_generated(moe, Path(tmp)), moe_layer_scalar, moe_layer_hand,
+        moe_generated, moe_fused = _moe_generated(moe, Path(tmp), with_fused)
+        results[moe.name] = time_formula(moe, moe_generated, moe_fused, moe_layer_scalar, moe_layer_hand,
                                          args.n, args.loop_n, args.repeat, rng)
 
-    ways = ("scalar_loop", "lambdify_cse", "hand_numpy", "generated")
+    ways = ("scalar_loop", "lambdify_cse", "hand_numpy", "generated", "fused", "memory_floor")
     width = max(len(n) for n in results)
-    print(f"{'formula':<{width}}  " + "  ".join(f"{w:>14}" for w in ways) + "  gen/hand  gen/lambdify")
+    print(f"{'formula':<{width}}  " + "  ".join(f"{w:>13}" for w in ways) + "  gen/hand  fused/floor")
     for name, rates in results.items():
-        cells = "  ".join(f"{rates[w]:>14,.0f}" for w in ways)
-        print(f"{name:<{width}}  {cells}  {rates['generated'] / rates['hand_numpy']:>7.2f}x"
-              f"  {rates['generated'] / rates['lambdify_cse']:>11.2f}x")
-    print(f"(configurations per second; N = {args.n:,}, median of {args.repeat} runs; scalar loop on "
-          f"{min(args.loop_n, args.n):,} layouts)")
-    print(json.dumps({"n": args.n, "formulas": {k: {w: round(v[w], 1) for w in ways} for k, v in results.items()}}))
+        cells = "  ".join(f"{rates[w]:>13,.0f}" if rates[w] is not None else f"{'n/a':>13}" for w in ways)
+        floor_share = f"{rates['fused'] / rates['memory_floor']:>10.2f}x" if rates["fused"] else f"{'n/a':>11}"
+        print(f"{name:<{width}}  {cells}  {rates['generated'] / rates['hand_numpy']:>7.2f}x  {floor_share}")
+    print(f"(configurations per second; N = {args.n:,}, median of {args.repeat} alternated rounds; scalar "
+          f"loop on {min(args.loop_n, args.n):,} layouts; memory_floor: every input read once, the output "
+          "written once)")
+    print(json.dumps({"n": args.n, "formulas": {
+        k: {w: (round(v[w], 1) if v[w] is not None else None) for w in ways} for k, v in results.items()}}))
     return 0
 
 

@@ -7,7 +7,11 @@
 * ``__init__.py``, the ``FORMULAS`` table, re-exporting every function
   (each dimension's module is imported on first use: importing the package
   then costs only the table, even where no bytecode cache is written);
-* ``_runtime.py``, the calling convention the functions share.
+* ``_runtime.py``, the calling convention the functions share;
+
+and the same files once more per further backend (``codegen.backends``),
+in its sub-package: ``fused/`` for numba. Every backend renders the same
+formulas from the same lowering through its own printer and templates.
 
 The compiler owns the whole output directory except ``__pycache__``: a
 file there that it would not write is stale. ``write_tree`` renders nothing
@@ -31,6 +35,7 @@ import jinja2
 
 from symbolic.formula import Formula
 
+from .backends import BACKENDS, NUMPY, Backend
 from .lowering import CodegenError, Lowered, fingerprint, lower
 from .render import COMMAND, environment, header
 
@@ -60,8 +65,8 @@ def _function_targets(f: Lowered) -> str:
     return "out," if len(names) == 1 else ", ".join(names)
 
 
-def _render_function(env: jinja2.Environment, f: Lowered) -> str:
-    template = "function.py.jinja"
+def _render_function(env: jinja2.Environment, f: Lowered, backend: Backend = NUMPY) -> str:
+    template = backend.template("function")
     try:
         text = env.get_template(template).render(f=f, targets=_function_targets(f))
     except (jinja2.TemplateError, TypeError, ValueError) as exc:
@@ -81,9 +86,9 @@ def _render(env: jinja2.Environment, template: str, what: str, **context: object
         raise CodegenError(f"{what}: template {template}: {type(exc).__name__}: {exc}") from None
 
 
-def _lower(formula: Formula) -> Lowered:
+def _lower(formula: Formula, backend: Backend) -> Lowered:
     try:
-        return lower(formula)
+        return lower(formula, backend)
     except CodegenError:
         raise
     except Exception as exc:  # a SymPy failure inside CSE or a rewrite: say which formula
@@ -91,13 +96,16 @@ def _lower(formula: Formula) -> Lowered:
 
 
 def render_tree(formulas: Iterable[Formula] | None = None, *,
-                env: jinja2.Environment | None = None) -> dict[str, str]:
+                env: jinja2.Environment | None = None,
+                backends: Iterable[Backend] = BACKENDS) -> dict[str, str]:
     """Every file of the generated tree, ``{relative path: text}``, sorted by path.
 
     Args:
         formulas: what to compile; the whole registry by default.
         env: a Jinja2 environment (tests pass one with broken templates);
             ``render.environment()`` by default.
+        backends: the targets to render (all of ``codegen.backends.BACKENDS``
+            by default), each into its own package.
 
     Raises:
         CodegenError: naming the formula (or file) that cannot be compiled.
@@ -107,41 +115,55 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
 
         formulas = registry.FORMULAS.values()
     formulas = list(formulas)
+    backends = list(backends)
     env = env or environment()
-    lowered = [_lower(f) for f in formulas]
+    packages = {b.package for b in backends if b.package}
 
-    by_module: dict[str, list[tuple[Formula, Lowered]]] = {}
-    for f, low in zip(formulas, lowered):
+    by_module: dict[str, list[Formula]] = {}
+    for f in formulas:
         module = f.dimension
-        if not module.isidentifier() or module in _RESERVED_MODULES:
+        if not module.isidentifier() or module in _RESERVED_MODULES | packages:
             raise CodegenError(f"formula {f.name}: dimension {module!r} cannot name a module of generated/")
-        by_module.setdefault(module, []).append((f, low))
-    taken = set(by_module) | {"FORMULAS", "MODULES", "importlib"}
+        by_module.setdefault(module, []).append(f)
+    taken = set(by_module) | packages | {"FORMULAS", "MODULES", "importlib"}
     for f in formulas:
         if f.name in taken:
             raise CodegenError(f"formula {f.name}: its name would shadow a module or FORMULAS in generated/")
 
     files: dict[str, str] = {}
-    module_template = "module.py.jinja"
-    for module in sorted(by_module):
-        members = by_module[module]
-        functions = [_render_function(env, low) for _, low in members]
-        body = _render(env, module_template, f"module {module}.py", dimension=module,
-                       formulas=[low for _, low in members], functions=functions)
-        files[f"{module}.py"] = header([module_template, "function.py.jinja"],
-                                       fingerprint(f for f, _ in members)) + "\n" + body
-    init_template = "init.py.jinja"
-    body = _render(env, init_template, "__init__.py", modules=sorted(by_module), formulas=lowered)
-    files["__init__.py"] = header([init_template], fingerprint(formulas)) + "\n" + body
-    runtime_template = "runtime.py.jinja"
-    body = _render(env, runtime_template, "_runtime.py", block=BLOCK)
-    files["_runtime.py"] = header([runtime_template], None) + "\n" + body
+    for backend in backends:
+        files.update(_render_backend(env, backend, formulas, by_module))
     for path, text in files.items():
         try:
             compile(text, f"generated/{path}", "exec")
         except SyntaxError as exc:
             raise CodegenError(f"generated/{path} does not compile ({exc.msg}, line {exc.lineno})") from None
     return dict(sorted(files.items()))
+
+
+def _render_backend(env: jinja2.Environment, backend: Backend, formulas: list[Formula],
+                    by_module: Mapping[str, list[Formula]]) -> dict[str, str]:
+    """The files of one backend's package: a module per dimension, ``__init__.py``, ``_runtime.py``."""
+    formulas = [f for f in formulas if f.dimension not in backend.skip]
+    by_module = {module: members for module, members in by_module.items() if module not in backend.skip}
+    lowered = {f.name: _lower(f, backend) for f in formulas}
+    files: dict[str, str] = {}
+    module_template, function_template = backend.template("module"), backend.template("function")
+    for module in sorted(by_module):
+        members = [lowered[f.name] for f in by_module[module]]
+        functions = [_render_function(env, low, backend) for low in members]
+        body = _render(env, module_template, f"module {backend.path(module + '.py')}", dimension=module,
+                       formulas=members, functions=functions)
+        files[backend.path(f"{module}.py")] = header([module_template, function_template],
+                                                     fingerprint(by_module[module])) + "\n" + body
+    init_template = backend.template("init")
+    body = _render(env, init_template, backend.path("__init__.py"), modules=sorted(by_module),
+                   formulas=[lowered[f.name] for f in formulas])
+    files[backend.path("__init__.py")] = header([init_template], fingerprint(formulas)) + "\n" + body
+    runtime_template = backend.template("runtime")
+    body = _render(env, runtime_template, backend.path("_runtime.py"), block=BLOCK)
+    files[backend.path("_runtime.py")] = header([runtime_template], None) + "\n" + body
+    return files
 
 
 def read_tree(directory: str | Path) -> dict[str, str]:
@@ -251,7 +273,7 @@ def compile_in_memory(formulas: Iterable[Formula]) -> dict[str, Callable[..., ob
     """
     import generated  # the package whose _runtime the rendered modules import
 
-    files = render_tree(formulas)
+    files = render_tree(formulas, backends=(NUMPY,))
     functions: dict[str, Callable[..., object]] = {}
     for path, text in files.items():
         module = path.removesuffix(".py")

@@ -11,14 +11,20 @@ evaluated through ``sympy.lambdify`` instead, with a warning to run
 ``symcost compile`` (the numbers are right, and ``symcost compile --check``
 and the regeneration test fail until ``generated/`` is rebuilt).
 ``lambdified`` is also the reference the tests compare the generated code with.
+
+``evaluator(name, backend=...)`` picks the target: ``"numpy"`` (the
+default, ``generated/``), ``"numba"`` (``generated/fused/``: the same
+functions as one loop each, compiled on first use; needs the optional extra
+``fast``) or ``"auto"`` (numba where it is installed, else NumPy).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 import warnings
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -27,9 +33,20 @@ import generated
 if TYPE_CHECKING:  # pragma: no cover
     from symbolic.formula import Formula
 
-__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions", "variants"]
+__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions", "variants", "fused_available", "BackendName"]
 
 Evaluator = Callable[..., np.ndarray]
+
+#: What ``evaluator`` accepts as *backend*.
+BackendName = Literal["numpy", "numba", "auto"]
+
+
+def fused_available() -> bool:
+    """Whether numba is installed, so that ``generated.fused`` (the fused target) can be imported."""
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a broken install, or numba blocked in sys.modules
+        return False
 
 
 @functools.cache
@@ -107,18 +124,53 @@ def generated_function(name: str) -> Evaluator | None:
     return getattr(generated, name)
 
 
-@functools.cache
-def evaluator(name: str) -> Evaluator:
-    """The evaluator of formula *name*: its generated function (see the module docstring for the fallback).
+def fused_function(name: str) -> Evaluator | None:
+    """The fused (numba) function of formula *name*, or ``None`` where ``generated/fused`` lacks it.
+
+    Both packages are written by one ``symcost compile`` and share the ``FORMULAS`` table, so the
+    NumPy package's metadata (and, where checked, its fingerprint) speaks for both.
 
     Raises:
-        KeyError: naming an unknown formula.
+        ImportError: numba is not installed (the message says how to install it).
     """
+    if _numpy_function(name) is None:
+        return None
+    import generated.fused as fused  # raises ImportError naming the extra when numba is missing
+
+    return getattr(fused, name, None)
+
+
+def _numpy_function(name: str) -> Evaluator | None:
     if "symbolic.registry" not in sys.modules:  # run time: generated/ is the truth, SymPy stays out
         if name not in generated.FORMULAS:
             raise KeyError(f"unknown formula {name!r}; `symcost derive --list` lists them")
         return getattr(generated, name)
-    fn = generated_function(name)
+    return generated_function(name)
+
+
+@functools.cache
+def evaluator(name: str, backend: BackendName = "numpy") -> Evaluator:
+    """The evaluator of formula *name* for *backend* (see the module docstring for the lambdify fallback).
+
+    Args:
+        name: a registered formula.
+        backend: ``"numpy"`` (``generated/``), ``"numba"`` (``generated/fused/``, needs numba) or
+            ``"auto"`` (numba when installed, else NumPy). The numbers are the same to rounding.
+
+    Raises:
+        KeyError: naming an unknown formula.
+        ValueError: an unknown *backend*.
+        ImportError: ``backend="numba"`` without numba installed.
+    """
+    if backend == "auto":
+        backend = "numba" if fused_available() else "numpy"
+    if backend == "numba":
+        fused = fused_function(name)
+        if fused is not None:
+            return fused
+    elif backend != "numpy":
+        raise ValueError(f"unknown backend {backend!r}: use 'numpy', 'numba' or 'auto'")
+    fn = _numpy_function(name)
     if fn is not None:
         return fn
     warnings.warn(f"{name}: generated/ has no function for the current formula; evaluating through "

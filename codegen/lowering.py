@@ -1,15 +1,18 @@
-"""Lowering: one ``Formula`` → plain strings a template can lay out.
+"""Lowering: one ``Formula`` → plain strings a template can lay out, for one backend.
 
 Three passes, each deterministic:
 
 1. **Rewrites kept only when cheaper** (in the spirit of
    ``sympy.codegen.rewriting``): the expression as registered and a few
    exact, cheap rewrites of it (``REWRITES``) are each put through CSE and
-   scheduled; the form needing the fewest NumPy calls wins (ties: the
-   earlier candidate). No ``simplify()``.
+   scheduled; the form the backend's ``cost`` ranks lowest wins (ties: the
+   earlier candidate). This is the one such driver of the code generator.
+   No ``simplify()``.
 2. **CSE** with ``sympy.cse`` (canonical order, temporaries ``tmp0, tmp1, …``).
-3. **Scheduling** into in-place NumPy statements (``numpy.multiply(x, y,
-   out=r0)``): every temporary and the result is computed into a small set
+3. **Scheduling**, by the backend (``codegen.backends``): for an element-wise
+   loop (``loop_program``) one assignment per temporary; for an array library
+   (``in_place_program``) in-place statements (``numpy.multiply(x, y,
+   out=r0)``, written by the backend's ``Emitter``): every temporary and the result is computed into a small set
    of reusable buffers (``r0, r1, …`` for reals, ``m0, …`` for masks), so a
    call allocates a handful of buffers instead of one array per operation,
    and the generated loop can run block by block with the buffers in cache
@@ -37,7 +40,7 @@ import contextlib
 import functools
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import sympy
 from sympy.logic.boolalg import And, Boolean, BooleanFalse, BooleanTrue, Not, Or
@@ -46,13 +49,17 @@ from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from symbolic.formula import Formula
 from symbolic.symbols import SPECS
 
-from .printer import float_literal, print_numpy
+from .printer import float_literal
 
 __all__ = [
     "CodegenError",
+    "Emitter",
+    "Program",
     "Step",
     "Lowered",
     "REWRITES",
+    "in_place_program",
+    "loop_program",
     "lower",
     "fingerprint",
     "formula_fingerprint",
@@ -65,7 +72,7 @@ class CodegenError(ValueError):
 
 
 #: Names the generated function body binds besides the formula's arguments.
-RESERVED_NAMES = frozenset({"numpy", "call", "out", "_runtime"})
+RESERVED_NAMES = frozenset({"numpy", "call", "out", "_runtime", "xp"})
 
 _TEMP_PREFIX = "tmp"
 _REAL_PREFIX = "r"
@@ -153,15 +160,36 @@ _UNARY = {sympy.floor: "floor", sympy.ceiling: "ceil", sympy.Abs: "absolute", sy
 #: conditions first and skips the default in a block they cover entirely (0: never).
 SKIP_DEFAULT_OPS = 4
 
-_SPECIAL_NUMBERS = {sympy.nan: "numpy.nan", sympy.oo: "numpy.inf", -sympy.oo: "-numpy.inf"}
+_SPECIAL_NUMBERS = (sympy.nan, sympy.oo, -sympy.oo)
 _RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal", "==": "equal",
               "!=": "not_equal"}
 
 
-class _Scheduler:
-    """Turns expressions into in-place NumPy statements over pooled buffers."""
+class Emitter(Protocol):
+    """How an array library writes the in-place schedule's statements (``codegen.backends.InPlaceEmitter``)."""
 
-    def __init__(self, names: dict[sympy.Symbol, _Operand]):
+    def ufunc(self, name: str, args: Sequence[str], out: str) -> str:
+        """``name(args…)`` written into buffer *out* (*name* is a NumPy ufunc name)."""
+
+    def copy(self, out: str, value: str, where: str | None = None) -> str:
+        """*value* copied into *out*, only where the mask *where* holds when given."""
+
+    def skip_if_covered(self, mask: str) -> str:
+        """The opening line of a block that runs unless *mask* holds everywhere."""
+
+    def constant(self, value: sympy.Expr) -> str:
+        """NaN, ∞ or -∞ as the library spells it."""
+
+    def expression(self, expr: sympy.Basic) -> str:
+        """A node without an in-place rule as one expression of the library (its printer)."""
+
+
+class _Scheduler:
+    """Turns expressions into in-place statements over pooled buffers, written by an ``Emitter``."""
+
+    def __init__(self, names: dict[sympy.Symbol, _Operand], emitter: Emitter):
+        self.emitter = emitter
+        self.calls = 0
         self.names = dict(names)
         self.exact = 0  # > 0 while emitting the argument of floor/ceiling or a comparison
         self.real = _Pool(_REAL_PREFIX)
@@ -190,10 +218,13 @@ class _Scheduler:
     def call(self, ufunc: str, operands: Sequence[_Operand], dest: str | None = None, *,
              mask: bool = False) -> _Operand:
         out, kind = self._target(operands, dest, mask)
-        args = ", ".join(op.text for op in operands)
-        self.lines.append(f"numpy.{ufunc}({args}, out={out})")
+        self._line(self.emitter.ufunc(ufunc, [op.text for op in operands], out))
         self.release(*[op for op in operands if op.owned and op.text != out])
         return _Operand(out, kind, mask)
+
+    def _line(self, statement: str) -> None:
+        self.lines.append(statement)
+        self.calls += 1
 
     # -- expressions
 
@@ -204,7 +235,7 @@ class _Scheduler:
         if isinstance(expr, sympy.Symbol):
             return self.names.get(expr) or _Operand(expr.name, "input")
         if expr in _SPECIAL_NUMBERS:
-            return _Operand(_SPECIAL_NUMBERS[expr], "const")
+            return _Operand(self.emitter.constant(expr), "const")
         if expr.is_Number or isinstance(expr, sympy.NumberSymbol):
             return _Operand(float_literal(expr), "const")
         if isinstance(expr, sympy.Piecewise):
@@ -239,10 +270,10 @@ class _Scheduler:
     def _printed(self, expr: sympy.Basic, dest: str | None) -> _Operand:
         """A node without an in-place rule: the printer's expression, copied into a buffer."""
         renamed = expr.xreplace({s: sympy.Symbol(op.text) for s, op in self.names.items()})
-        code = print_numpy(renamed)  # raises PrintMethodNotImplementedError when NumPy has no counterpart
+        code = self.emitter.expression(renamed)  # raises PrintMethodNotImplementedError: no counterpart
         is_mask = isinstance(expr, Boolean)
         out, kind = self._target((), dest, is_mask)
-        self.lines.append(f"numpy.copyto({out}, {code})")
+        self._line(self.emitter.copy(out, code))
         return _Operand(out, kind, is_mask)
 
     def _fold(self, ufunc: str, args: list[sympy.Basic], dest: str | None, *, mask: bool = False) -> _Operand:
@@ -358,18 +389,18 @@ class _Scheduler:
             covered = conds[0]
             for where in conds[1:]:
                 covered = self.call("logical_or", [covered, where], mask=True)
-            self.lines.append(f"if not {covered.text}.all():")
+            self.lines.append(self.emitter.skip_if_covered(covered.text))
             self.release(covered)
             start = len(self.lines)
         if has_default:
             default = self.emit(last_value, dest)
         else:
-            default = _Operand("numpy.nan", "const")
+            default = _Operand(self.emitter.constant(sympy.nan), "const")
         if default.owned or (dest is not None and default.text == dest):
             acc = default
         else:
             out, kind = self._target((), dest, False)
-            self.lines.append(f"numpy.copyto({out}, {default.text})")
+            self._line(self.emitter.copy(out, default.text))
             acc = _Operand(out, kind)
         if skippable:
             self.lines[start:] = ["    " + line for line in self.lines[start:]]
@@ -380,7 +411,7 @@ class _Scheduler:
             value, cond = pieces[index]
             where = conds[index] if skippable else self.emit(cond)
             val = self.emit(value)
-            self.lines.append(f"numpy.copyto({acc.text}, {val.text}, where={where.text})")
+            self._line(self.emitter.copy(acc.text, val.text, where.text))
             self.release(where, val)
         self.release(*held)
         return acc
@@ -390,6 +421,83 @@ def _complex_first(args: Iterable[sympy.Basic]) -> list[sympy.Basic]:
     """Compound operands before atoms (stable): they land in a buffer the atoms then fold into."""
     args = list(args)
     return [a for a in args if not a.is_Atom] + [a for a in args if a.is_Atom]
+
+
+# ------------------------------------------------------------------ programs
+
+
+@dataclass(frozen=True)
+class Program:
+    """A backend's statements for one CSE form.
+
+    Attributes:
+        steps: ``(buffer, statements)`` per CSE temporary, then for the result.
+        reals: names of the float buffers the statements use.
+        masks: names of the boolean buffers the statements use.
+        calls: array-library calls per block (0 for an element-wise loop).
+    """
+
+    steps: tuple[tuple[str, tuple[str, ...]], ...]
+    reals: tuple[str, ...] = ()
+    masks: tuple[str, ...] = ()
+    calls: int = 0
+
+
+def in_place_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
+                     emitter: Emitter) -> Program:
+    """In-place statements over pooled buffers for a CSE form, the result into ``out``."""
+    later_uses = [e.free_symbols for _, e in temps] + [result.free_symbols]
+    last_use = {sym: max(i for i, fs in enumerate(later_uses) if sym in fs) for sym, _ in temps}
+    sched = _Scheduler({}, emitter)
+    programs: list[tuple[str, tuple[str, ...]]] = []
+    buffered: set[sympy.Symbol] = set()  # temporaries that hold a pooled buffer until their last use
+    for index, (sym, e) in enumerate([*temps, (None, result)]):
+        start = len(sched.lines)
+        dest = "out" if sym is None else None
+        op = sched.emit(e, dest)
+        if sym is None:
+            if op.text != "out":
+                sched._line(emitter.copy("out", op.text))
+            buffer = "out"
+        else:
+            sched.names[sym] = _Operand(op.text, "pinned" if op.owned else op.kind, op.mask)
+            if op.owned:
+                buffered.add(sym)
+            buffer = op.text
+        programs.append((buffer, tuple(sched.lines[start:])))
+        for tsym, last in last_use.items():
+            if last == index and tsym in buffered:
+                held = sched.names[tsym]
+                sched.release(_Operand(held.text, "reg", held.mask))
+    return Program(tuple(programs), sched.real.names(), sched.mask.names(), sched.calls)
+
+
+def loop_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
+                 printer: Callable[[sympy.Basic], str]) -> Program:
+    """One assignment per CSE temporary and ``out[i] = …`` for the result: a loop body over element ``i``."""
+    steps = [(sym.name, (f"{sym.name} = {printer(e)}",)) for sym, e in temps]
+    steps.append(("out", (f"out[i] = {printer(result)}",)))
+    return Program(tuple(steps))
+
+
+class Target(Protocol):
+    """What lowering needs of a backend (``codegen.backends.Backend`` is the implementation)."""
+
+    name: str
+    reserved: frozenset[str]
+
+    def print_code(self, expr: sympy.Basic, arguments: tuple[str, ...]) -> str:
+        """*expr* as one expression of the backend, *arguments* being the inputs."""
+
+    def program(self, temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
+                arguments: tuple[str, ...]) -> Program:
+        """The backend's statements for a CSE form."""
+
+    def cost(self, program: Program, ops: int) -> tuple[int, ...]:
+        """Rank of a candidate (smaller is cheaper); *ops* is ``count_ops`` of its CSE form."""
+
+    def print_plain(self, expr: sympy.Basic) -> str | None:
+        """*expr* for the backend's plain path (``Lowered.plain``), or None when it has none."""
 
 
 # ------------------------------------------------------------------ lowered form
@@ -407,14 +515,15 @@ class Step:
 
 @dataclass(frozen=True)
 class Lowered:
-    """Everything a template needs for one formula, as strings and ints.
+    """Everything a template needs for one formula and one backend, as strings and ints.
 
     Attributes:
         name: the function name (the formula's name).
+        backend: the backend's name (``Backend.name``) the code is for.
         arguments: keyword-only argument names, sorted (``Formula.arguments``).
-        temporaries: CSE temporaries as ``(name, infix NumPy code)``.
-        result: the result as infix NumPy code over arguments and temporaries.
-        steps: the temporaries then the result, each with its in-place statements.
+        temporaries: CSE temporaries as ``(name, infix code)`` in the backend's printer.
+        result: the result as infix code over arguments and temporaries.
+        steps: the temporaries then the result, each with its statements.
         reals: names of the float buffers the statements use.
         masks: names of the boolean buffers the statements use.
         quiet: evaluate under ``numpy.errstate(divide/invalid="ignore")``: the
@@ -424,13 +533,16 @@ class Lowered:
         unit, source, dimension, algorithm: the formula's metadata.
         argument_docs: ``(name, meaning [unit])`` per argument.
         ops: ``sympy.count_ops`` of the CSE form (temporaries plus result).
-        calls: NumPy calls per evaluation (per block).
+        calls: array-library calls per evaluation (per block); 0 for an element-wise loop.
         rewrite: the name of the rewrite the CSE form was built from.
         fingerprint: ``formula_fingerprint`` of the formula.
         variant: the formula's ``variant`` pairs: its identity as data (``Formula.variant``).
+        plain: the same CSE form as ``(name, code)`` pairs, the result last as ``out``, in the
+            backend's plain printer (NumPy: any array-API namespace ``xp``); empty when it has none.
     """
 
     name: str
+    backend: str
     arguments: tuple[str, ...]
     temporaries: tuple[tuple[str, str], ...]
     result: str
@@ -450,6 +562,7 @@ class Lowered:
     rewrite: str
     fingerprint: str
     variant: tuple[tuple[str, str], ...] = ()
+    plain: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -457,18 +570,17 @@ class _Candidate:
     rewrite: str
     temporaries: tuple[tuple[sympy.Symbol, sympy.Expr], ...]
     result: sympy.Expr
-    programs: tuple[tuple[str, tuple[str, ...]], ...]  # (buffer, statements) per temporary, then the result
-    reals: tuple[str, ...]
-    masks: tuple[str, ...]
+    program: Program
 
-    @property
-    def calls(self) -> int:
-        return sum(1 for _, statements in self.programs for line in statements if line.lstrip().startswith("numpy."))
-
-    def steps(self) -> tuple[Step, ...]:
+    def plain(self, target: Target) -> tuple[tuple[str, str], ...]:
         named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
-        return tuple(Step(name, print_numpy(e), buffer, statements)
-                     for (name, e), (buffer, statements) in zip(named, self.programs))
+        printed = [(name, target.print_plain(e)) for name, e in named]
+        return () if any(code is None for _, code in printed) else tuple(printed)  # type: ignore[misc]
+
+    def steps(self, target: Target, arguments: tuple[str, ...]) -> tuple[Step, ...]:
+        named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
+        return tuple(Step(name, target.print_code(e, arguments), buffer, statements)
+                     for (name, e), (buffer, statements) in zip(named, self.program.steps))
 
     @property
     def ops(self) -> int:
@@ -493,34 +605,9 @@ def _inline_reciprocals(temps, result):
     return kept, result.xreplace(subs)
 
 
-def _schedule(rewrite: str, temps, result) -> _Candidate:
-    later_uses = [e.free_symbols for _, e in temps] + [result.free_symbols]
-    last_use = {sym: max(i for i, fs in enumerate(later_uses) if sym in fs) for sym, _ in temps}
-    sched = _Scheduler({})
-    programs: list[tuple[str, tuple[str, ...]]] = []
-    buffered: set[sympy.Symbol] = set()  # temporaries that hold a pooled buffer until their last use
-    for index, (sym, e) in enumerate([*temps, (None, result)]):
-        start = len(sched.lines)
-        dest = "out" if sym is None else None
-        op = sched.emit(e, dest)
-        if sym is None:
-            if op.text != "out":
-                sched.lines.append(f"numpy.copyto(out, {op.text})")
-            buffer = "out"
-        else:
-            sched.names[sym] = _Operand(op.text, "pinned" if op.owned else op.kind, op.mask)
-            if op.owned:
-                buffered.add(sym)
-            buffer = op.text
-        programs.append((buffer, tuple(sched.lines[start:])))
-        for tsym, last in last_use.items():
-            if last == index and tsym in buffered:
-                held = sched.names[tsym]
-                sched.release(_Operand(held.text, "reg", held.mask))
-    return _Candidate(rewrite, tuple(temps), result, tuple(programs), sched.real.names(), sched.mask.names())
-
-
-def _candidates(expr: sympy.Expr) -> list[_Candidate]:
+@functools.lru_cache(maxsize=None)
+def _cse_forms(expr: sympy.Expr) -> tuple[tuple[str, tuple[tuple[sympy.Symbol, sympy.Expr], ...], sympy.Expr], ...]:
+    """``(rewrite name, temporaries, result)`` per candidate CSE form, backend-independent (cached)."""
     forms: list[tuple[str, sympy.Expr]] = [("registered", expr)]
     current = expr
     for name, fn in REWRITES:
@@ -533,55 +620,63 @@ def _candidates(expr: sympy.Expr) -> list[_Candidate]:
     out = []
     for name, form in forms:
         temps, result = _cse(form)
-        out.append(_schedule(name, temps, result))
+        out.append((name, tuple(temps), result))
         if any(e.is_Pow and e.exp == -1 for _, e in temps):
             kept, res = _inline_reciprocals(temps, result)
-            out.append(_schedule(f"{name}+inline_reciprocals", kept, res))
-    return out
+            out.append((f"{name}+inline_reciprocals", tuple(kept), res))
+    return tuple(out)
 
 
 def _argument_docs(arguments: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple((a, f"{SPECS[a].meaning} [{SPECS[a].unit}].") for a in arguments)
 
 
-def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate) -> None:
-    reserved = set(RESERVED_NAMES) | set(cand.reals) | set(cand.masks) | {s.name for s, _ in cand.temporaries}
+def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate, target: Target) -> None:
+    reserved = (set(target.reserved) | set(cand.program.reals) | set(cand.program.masks)
+                | {s.name for s, _ in cand.temporaries})
     clash = sorted(set(arguments) & reserved)
     if clash:
         raise CodegenError(f"formula {formula.name}: argument names {clash} clash with names the generated "
-                           "code binds; rename the symbols")
+                           f"{target.name} code binds; rename the symbols")
 
 
 @functools.lru_cache(maxsize=None)
-def lower(formula: Formula) -> Lowered:
-    """The cheapest scheduled CSE form of *formula*, as strings.
+def lower(formula: Formula, backend: Target | None = None) -> Lowered:
+    """The cheapest CSE form of *formula* for *backend* (NumPy by default), as strings.
 
     Raises:
-        CodegenError: naming the formula when its expression has a node
-            NumPy cannot compute (the printer's message says which).
+        CodegenError: naming the formula when its expression has a node the
+            backend cannot compute (the printer's message says which).
     """
+    if backend is None:
+        from .backends import NUMPY
+
+        backend = NUMPY
     expr = formula.expr
     if not isinstance(expr, sympy.Expr):
         raise CodegenError(f"formula {formula.name}: expression must be numeric, got {type(expr).__name__}")
+    arguments = formula.arguments
     try:
-        candidates = _candidates(expr)
-        fewest = min(c.calls for c in candidates)
-        # Fewest NumPy calls, then fewest SymPy ops; min keeps the first of equals.
-        best = min((c for c in candidates if c.calls == fewest), key=lambda c: c.ops)
-        steps = best.steps()
+        candidates = [_Candidate(name, temps, result, backend.program(temps, result, arguments))
+                      for name, temps, result in _cse_forms(expr)]
+        # The backend's cost, then the order of REWRITES: min keeps the first of equals.
+        best = min(candidates, key=lambda c: backend.cost(c.program, c.ops))
+        steps = best.steps(backend, arguments)
+        plain = best.plain(backend)
     except PrintMethodNotImplementedError as exc:
         first = str(exc).splitlines()[0]
-        raise CodegenError(f"formula {formula.name}: cannot print {sympy.sstr(expr)!r} for NumPy: {first}") from None
-    arguments = formula.arguments
-    _check_names(formula, arguments, best)
+        raise CodegenError(f"formula {formula.name}: cannot print {sympy.sstr(expr)!r} for {backend.name}: "
+                           f"{first}") from None
+    _check_names(formula, arguments, best, backend)
     return Lowered(
         name=formula.name,
+        backend=backend.name,
         arguments=arguments,
         temporaries=tuple((st.name, st.code) for st in steps[:-1]),
         result=steps[-1].code,
         steps=steps,
-        reals=best.reals,
-        masks=best.masks,
+        reals=best.program.reals,
+        masks=best.program.masks,
         quiet=bool(expr.has(sympy.Piecewise)),
         summary=" ".join(formula.doc.split()),
         closed_form=sympy.sstr(expr),
@@ -591,9 +686,9 @@ def lower(formula: Formula) -> Lowered:
         algorithm=formula.algorithm,
         argument_docs=_argument_docs(arguments),
         ops=best.ops,
-        calls=best.calls,
+        calls=best.program.calls,
         rewrite=best.rewrite,
         fingerprint=formula_fingerprint(formula),
         variant=tuple(formula.variant),
+        plain=plain,
     )
-

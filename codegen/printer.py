@@ -28,6 +28,20 @@ kept as small as the rule it states:
 
 Anything else is SymPy's: with ``strict`` on (its default), an expression
 the printer cannot print raises ``PrintMethodNotImplementedError``.
+
+``ScalarPrinter`` prints the same expression for one element of a loop
+over the broadcast inputs (the fused numba target): arguments as ``name[i]``,
+``Piecewise`` as a conditional expression (only the branch taken runs),
+relations and logic infix, and, as the in-place lowering does, a rational
+p/q under ``floor``/``ceiling`` or in a comparison kept as ×p ÷q at every
+depth so that an exact quotient stays exact. NumPy's ufuncs
+(``numpy.maximum``, ``numpy.floor``, …) stay: numba compiles them on
+scalars with NumPy's NaN rules, so both targets give the same numbers.
+
+``ArrayApiPrinter`` prints it for any array-API namespace bound to ``xp``
+(``xp.where``, ``xp.maximum``, ``xp.logical_and`` of two operands,
+``xp.remainder``, ``xp.acos`` …): the plain path the NumPy target takes for
+arrays of another library (JAX, CuPy), which have no ``out=``.
 """
 
 from __future__ import annotations
@@ -36,7 +50,8 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.precedence import PRECEDENCE
 
-__all__ = ["CostPrinter", "print_numpy", "float_literal"]
+__all__ = ["CostPrinter", "ScalarPrinter", "ArrayApiPrinter", "print_numpy", "print_scalar", "print_array_api",
+           "float_literal"]
 
 
 def float_literal(value: sympy.Expr) -> str:
@@ -129,7 +144,133 @@ class CostPrinter(NumPyPrinter):
         return f"{self._module_format(self._module + '.ceil')}({self._exact(expr.args[0])})"
 
 
+class _ExactQuotients(CostPrinter):
+    """Under ``floor``/``ceiling`` and in comparisons, p/q stays ×p ÷q at every depth, as the in-place lowering does."""
+
+    _exact_depth = 0
+
+    def _exactly(self, expr: sympy.Basic) -> str:
+        self._exact_depth += 1
+        try:
+            return self._print(expr)
+        finally:
+            self._exact_depth -= 1
+
+    def _print_Mul(self, expr: sympy.Mul) -> str:
+        coeff, rest = expr.as_coeff_Mul()
+        if self._exact_depth and coeff.is_Rational and coeff.q & (coeff.q - 1) and rest is not sympy.S.One:
+            # x*(1/3) may round one ulp below the integer x/3 hits: the numerator over q, one division.
+            num, den = sympy.fraction(coeff.p * rest)
+            return (f"{self.parenthesize(num, PRECEDENCE['Mul'], strict=True)}/"
+                    f"{self.parenthesize(coeff.q * den, PRECEDENCE['Mul'], strict=False)}")
+        return super()._print_Mul(expr)
+
+    def _print_floor(self, expr: sympy.floor) -> str:
+        return f"{self._module}.floor({self._exactly(expr.args[0])})"
+
+    def _print_ceiling(self, expr: sympy.ceiling) -> str:
+        return f"{self._module}.ceil({self._exactly(expr.args[0])})"
+
+
+class ScalarPrinter(_ExactQuotients):
+    """``CostPrinter`` for one element of a loop; see the module docstring.
+
+    Args:
+        indexed: names of the symbols printed as ``name[i]`` (the loop's input arrays).
+    """
+
+    printmethod = "_scalarprinter"
+
+    def __init__(self, indexed: frozenset[str] = frozenset()):
+        super().__init__({"fully_qualified_modules": True, "strict": True})
+        self._indexed = indexed
+
+    def _print_Symbol(self, expr: sympy.Symbol) -> str:
+        if expr.name in self._indexed:
+            return f"{expr.name}[i]"
+        return super()._print_Symbol(expr)
+
+    def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
+        rest = self._print(sympy.S.NaN)
+        for value, cond in reversed(expr.args):
+            if cond is sympy.true:
+                rest = self._print(value)
+            else:
+                rest = f"({self._print(value)} if {self._print(cond)} else {rest})"
+        return rest
+
+    def _print_Relational(self, expr: sympy.core.relational.Relational) -> str:
+        return f"({self._exactly(expr.lhs)} {expr.rel_op} {self._exactly(expr.rhs)})"
+
+    def _print_And(self, expr: sympy.And) -> str:
+        return "(" + " and ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Or(self, expr: sympy.Or) -> str:
+        return "(" + " or ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Not(self, expr: sympy.Not) -> str:
+        return f"(not {self._print(expr.args[0])})"
+
+    def _print_BooleanTrue(self, expr: sympy.Basic) -> str:
+        return "True"
+
+    def _print_BooleanFalse(self, expr: sympy.Basic) -> str:
+        return "False"
+
+
+#: NumPy's function names that the array API standard spells differently.
+_ARRAY_API_NAMES = {"arccos": "acos", "arcsin": "asin", "arctan": "atan", "arctan2": "atan2", "arccosh": "acosh",
+                    "arcsinh": "asinh", "arctanh": "atanh", "absolute": "abs", "power": "pow", "mod": "remainder",
+                    "amax": "max", "amin": "min"}
+
+
+_RELATION_NAMES = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater",
+                   ">=": "greater_equal"}
+
+
+def _array_api_name(numpy_name: str) -> str:
+    name = numpy_name.removeprefix("numpy.")
+    return "xp." + _ARRAY_API_NAMES.get(name, name)
+
+
+class ArrayApiPrinter(_ExactQuotients):
+    """``CostPrinter`` for an array-API namespace ``xp``; see the module docstring."""
+
+    printmethod = "_arrayapiprinter"
+    _module = "xp"
+    _kf = {k: _array_api_name(v) for k, v in CostPrinter._kf.items() if v.startswith("numpy.")}
+    _kc = {k: _array_api_name(v) for k, v in CostPrinter._kc.items() if v in ("numpy.e", "numpy.pi", "numpy.nan",
+                                                                                 "numpy.inf")}
+
+    def _module_format(self, fqn: str, register: bool = True) -> str:
+        return fqn  # xp is bound by the caller: nothing to import
+
+    def _logical(self, name: str, args: tuple[sympy.Basic, ...]) -> str:
+        # The standard's logical_and/logical_or take two operands (no .reduce): nest them.
+        printed = [self._print(a) for a in args]
+        out = printed[-1]
+        for arg in reversed(printed[:-1]):
+            out = f"xp.{name}({arg}, {out})"
+        return out
+
+    def _print_And(self, expr: sympy.And) -> str:
+        return self._logical("logical_and", expr.args)
+
+    def _print_Or(self, expr: sympy.Or) -> str:
+        return self._logical("logical_or", expr.args)
+
+    def _print_Mod(self, expr: sympy.Mod) -> str:
+        return f"xp.remainder({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_Relational(self, expr: sympy.core.relational.Relational) -> str:
+        name = _RELATION_NAMES.get(expr.rel_op)
+        if name is None:
+            return super()._print_Relational(expr)
+        return f"xp.{name}({self._exactly(expr.lhs)}, {self._exactly(expr.rhs)})"
+
+
 _PRINTER = CostPrinter({"fully_qualified_modules": True, "strict": True})
+_ARRAY_API_PRINTER = ArrayApiPrinter({"fully_qualified_modules": True, "strict": True})
 
 
 def print_numpy(expr: sympy.Basic) -> str:
@@ -140,3 +281,21 @@ def print_numpy(expr: sympy.Basic) -> str:
             expression NumPy has no counterpart for.
     """
     return _PRINTER.doprint(expr)
+
+
+def print_scalar(expr: sympy.Basic, indexed: frozenset[str] = frozenset()) -> str:
+    """*expr* as one scalar Python expression for a loop body, *indexed* symbols as ``name[i]``.
+
+    Raises:
+        sympy.printing.codeprinter.PrintMethodNotImplementedError: as ``print_numpy``.
+    """
+    return ScalarPrinter(frozenset(indexed)).doprint(expr)
+
+
+def print_array_api(expr: sympy.Basic) -> str:
+    """*expr* as one expression over the array-API namespace ``xp``.
+
+    Raises:
+        sympy.printing.codeprinter.PrintMethodNotImplementedError: as ``print_numpy``.
+    """
+    return _ARRAY_API_PRINTER.doprint(expr)

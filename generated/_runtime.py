@@ -10,13 +10,20 @@ arguments…)``. Large inputs whose arrays are each either the full output
 size or a single value are cut into blocks of ``BLOCK`` elements, so that
 the buffers the statements reuse stay in the processor's cache; anything
 else runs as one block of the whole output shape.
+
+Arrays of another array-API library (JAX, CuPy, Dask, …: anything
+``array_api_compat`` recognises, or with ``__array_namespace__``) cannot be
+written in place. ``namespace`` finds their namespace, and the function
+then evaluates its CSE form as whole-array expressions on it (``floats``,
+``broadcast``): the same kind of array comes out. NumPy arrays and Python
+numbers never take that path, and ``array_api_compat`` is an optional import.
 """
 
 from __future__ import annotations
 
 import numpy
 
-__all__ = ["BLOCK", "Call"]
+__all__ = ["BLOCK", "Call", "namespace", "floats", "broadcast"]
 
 #: Elements per block: 16384 float64 values are 128 KiB, so a
 #: kernel's buffers and the arguments' slices of one block fit in a core's L2 cache.
@@ -81,3 +88,52 @@ class Call:
                 reals = [r[:n] for r in reals]
                 masks = [m[:n] for m in masks]
             yield (flat_out[start:stop], *reals, *masks, *[a[start:stop] if a.ndim else a for a in flat])
+
+
+#: What the NumPy path takes as it is: everything else is asked whether it is another library's array.
+_NUMPY_VALUES = (numpy.ndarray, numpy.generic, float, int, list, tuple)
+
+
+def namespace(values: tuple[object, ...]):
+    """The array-API namespace of *values* when one is an array of another library, else None (NumPy's path)."""
+    for value in values:
+        if not isinstance(value, _NUMPY_VALUES):
+            return _foreign_namespace([v for v in values if not isinstance(v, _NUMPY_VALUES)])
+    return None
+
+
+def _foreign_namespace(found: list[object]):
+    try:
+        import array_api_compat
+    except ImportError:  # optional: without it, libraries that carry __array_namespace__ still work
+        array_api_compat = None
+    if array_api_compat is not None:
+        if all(array_api_compat.is_array_api_obj(v) for v in found):
+            return array_api_compat.array_namespace(*found)  # TypeError when libraries are mixed
+        return None
+    spaces = [v.__array_namespace__() for v in found if hasattr(v, "__array_namespace__")]
+    if len(spaces) != len(found):
+        return None  # not arrays (a Decimal, a pandas Series): numpy.asarray decides, as before
+    if any(s is not spaces[0] for s in spaces):
+        raise TypeError("arguments are arrays of different array libraries")
+    return spaces[0]
+
+
+def floats(xp, values: tuple[object, ...]) -> list[object]:
+    """*values* as arrays of *xp*; integers and booleans as its default real floating dtype."""
+    info = getattr(xp, "__array_namespace_info__", None)
+    default = info().default_dtypes()["real floating"] if info is not None else xp.float64
+    out = []
+    for value in values:
+        array = xp.asarray(value)
+        if not xp.isdtype(array.dtype, "real floating"):
+            array = xp.astype(array, default)
+        out.append(array)
+    return out
+
+
+def broadcast(xp, result, arrays: tuple[object, ...]):
+    """*result* broadcast to the arguments' shape (a branch may hold a constant), as an array of *xp*."""
+    shape = numpy.broadcast_shapes(*(tuple(a.shape) for a in arrays))
+    result = xp.asarray(result)
+    return result if tuple(result.shape) == shape else xp.broadcast_to(result, shape)

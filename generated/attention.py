@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -43,6 +45,12 @@ def attention_head_width_elements(*, a, dh, h):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((a, dh, h))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dh, h) = _runtime.floats(xp, (a, dh, h))
+        out = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        return _runtime.broadcast(xp, out, (a, dh, h))
     call = _runtime.Call(
         "attention_head_width_elements",
         ("a", "dh", "h"),
@@ -80,6 +88,12 @@ def attention_mha_kv_width_elements(*, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
+    xp = _runtime.namespace((h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (h, t) = _runtime.floats(xp, (h, t))
+        out = h/t
+        return _runtime.broadcast(xp, out, (h, t))
     call = _runtime.Call(
         "attention_mha_kv_width_elements",
         ("h", "t"),
@@ -115,6 +129,12 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    xp = _runtime.namespace((a, dh, n_kv, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dh, n_kv, t) = _runtime.floats(xp, (a, dh, n_kv, t))
+        out = dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/t
+        return _runtime.broadcast(xp, out, (a, dh, n_kv, t))
     call = _runtime.Call(
         "attention_gqa_kv_width_elements",
         ("a", "dh", "n_kv", "t"),
@@ -155,6 +175,12 @@ def attention_mqa_kv_width_elements(*, dh, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
+    xp = _runtime.namespace((dh, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (dh, t) = _runtime.floats(xp, (dh, t))
+        out = dh/t
+        return _runtime.broadcast(xp, out, (dh, t))
     call = _runtime.Call(
         "attention_mqa_kv_width_elements",
         ("dh", "t"),
@@ -190,6 +216,12 @@ def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
+    xp = _runtime.namespace((dh, dhr, n_kv, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (dh, dhr, n_kv, t) = _runtime.floats(xp, (dh, dhr, n_kv, t))
+        out = 0.5*(n_kv*(2*dh + dhr)/t)
+        return _runtime.broadcast(xp, out, (dh, dhr, n_kv, t))
     call = _runtime.Call(
         "attention_mla_kv_width_elements",
         ("dh", "dhr", "n_kv", "t"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -95,6 +97,12 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
+        out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t)
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
     call = _runtime.Call(
         "cp_ulysses_mha_traffic_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
@@ -149,6 +157,12 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
+        out = 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     call = _runtime.Call(
         "cp_ring_mha_traffic_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t"),
@@ -198,6 +212,12 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+        out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t)
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
     call = _runtime.Call(
         "cp_ulysses_gqa_traffic_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
@@ -259,6 +279,12 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
+        out = 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_gqa_traffic_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
@@ -314,6 +340,12 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
+        out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t)
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
     call = _runtime.Call(
         "cp_ulysses_mqa_traffic_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
@@ -368,6 +400,12 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
+        out = 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
     call = _runtime.Call(
         "cp_ring_mqa_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "s", "t"),
@@ -418,6 +456,13 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t)
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
     call = _runtime.Call(
         "cp_ulysses_mla_traffic_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
@@ -481,6 +526,12 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+        out = 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_mla_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
@@ -528,6 +579,12 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((a, dh, h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dh, h, t) = _runtime.floats(xp, (a, dh, h, t))
+        out = 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t
+        return _runtime.broadcast(xp, out, (a, dh, h, t))
     call = _runtime.Call(
         "cp_linear_state_traffic_bytes",
         ("a", "dh", "h", "t"),
@@ -574,6 +631,13 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((bw_inter, bw_intra, cp, device_per_node))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bw_inter, bw_intra, cp, device_per_node) = _runtime.floats(xp, (bw_inter, bw_intra, cp, device_per_node))
+        tmp0 = (xp.minimum(cp, device_per_node) - 1)/(cp - 1)
+        out = xp.where(xp.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0)
+        return _runtime.broadcast(xp, out, (bw_inter, bw_intra, cp, device_per_node))
     call = _runtime.Call(
         "cp_topology_effective_bandwidth_gbps",
         ("bw_inter", "bw_intra", "cp", "device_per_node"),
@@ -620,6 +684,12 @@ def cp_topology_code(*, cp, device_per_node):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    xp = _runtime.namespace((cp, device_per_node))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, device_per_node) = _runtime.floats(xp, (cp, device_per_node))
+        out = xp.where(xp.less_equal(cp, device_per_node), 1, xp.where(xp.equal(xp.minimum(cp, device_per_node), 1), 2, 3))
+        return _runtime.broadcast(xp, out, (cp, device_per_node))
     call = _runtime.Call(
         "cp_topology_code",
         ("cp", "device_per_node"),
@@ -688,6 +758,12 @@ def cp_record_ring_directions_count(*, cp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((cp,))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp,) = _runtime.floats(xp, (cp,))
+        out = xp.where(xp.less_equal(cp, 1), 0, 2)
+        return _runtime.broadcast(xp, out, (cp,))
     call = _runtime.Call(
         "cp_record_ring_directions_count",
         ("cp",),
@@ -728,6 +804,13 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((bw_inter, bw_intra, cp, device_per_node))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bw_inter, bw_intra, cp, device_per_node) = _runtime.floats(xp, (bw_inter, bw_intra, cp, device_per_node))
+        tmp0 = (xp.minimum(cp, device_per_node) - 1)/(cp - 1)
+        out = xp.where(xp.less_equal(cp, 1), 0, xp.where(xp.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
+        return _runtime.broadcast(xp, out, (bw_inter, bw_intra, cp, device_per_node))
     call = _runtime.Call(
         "cp_record_effective_bandwidth_gbps",
         ("bw_inter", "bw_intra", "cp", "device_per_node"),
@@ -778,6 +861,12 @@ def cp_record_topology_code(*, cp, device_per_node):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    xp = _runtime.namespace((cp, device_per_node))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, device_per_node) = _runtime.floats(xp, (cp, device_per_node))
+        out = xp.where(xp.less_equal(cp, 1), 0, xp.where(xp.less_equal(cp, device_per_node), 1, xp.where(xp.equal(xp.minimum(cp, device_per_node), 1), 2, 3)))
+        return _runtime.broadcast(xp, out, (cp, device_per_node))
     call = _runtime.Call(
         "cp_record_topology_code",
         ("cp", "device_per_node"),
@@ -854,6 +943,12 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((a, b, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, cp, dh, s, t) = _runtime.floats(xp, (a, b, cp, dh, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 2*a*b*dh*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (a, b, cp, dh, s, t))
     call = _runtime.Call(
         "cp_ulysses_record_kv_volume_per_step_elements",
         ("a", "b", "cp", "dh", "s", "t"),
@@ -903,6 +998,12 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((a, b, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, cp, dh, s, t) = _runtime.floats(xp, (a, b, cp, dh, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*a*b*dh*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (a, b, cp, dh, s, t))
     call = _runtime.Call(
         "cp_ulysses_record_total_kv_volume_elements",
         ("a", "b", "cp", "dh", "s", "t"),
@@ -956,6 +1057,14 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t) = _runtime.floats(xp, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(a*b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     call = _runtime.Call(
         "cp_ulysses_record_total_comm_time_ms",
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
@@ -1026,6 +1135,14 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t) = _runtime.floats(xp, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 2e-06*(a*b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     call = _runtime.Call(
         "cp_ulysses_record_exposed_comm_time_ms",
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
@@ -1087,6 +1204,12 @@ def cp_ring_record_ring_steps_count(*, cp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((cp,))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp,) = _runtime.floats(xp, (cp,))
+        out = xp.where(xp.less_equal(cp, 1), 0, cp - 1)
+        return _runtime.broadcast(xp, out, (cp,))
     call = _runtime.Call(
         "cp_ring_record_ring_steps_count",
         ("cp",),
@@ -1127,6 +1250,12 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    xp = _runtime.namespace((b, cp, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, cp, h, s, t) = _runtime.floats(xp, (b, cp, h, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*h*s/(cp*t))
+        return _runtime.broadcast(xp, out, (b, cp, h, s, t))
     call = _runtime.Call(
         "cp_ring_mha_record_kv_volume_per_step_bytes",
         ("b", "cp", "h", "s", "t"),
@@ -1172,6 +1301,12 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((b, cp, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, cp, h, s, t) = _runtime.floats(xp, (b, cp, h, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 8*b*h*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, cp, h, s, t))
     call = _runtime.Call(
         "cp_ring_mha_record_total_kv_volume_bytes",
         ("b", "cp", "h", "s", "t"),
@@ -1224,6 +1359,14 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t) = _runtime.floats(xp, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*h*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
     call = _runtime.Call(
         "cp_ring_mha_record_total_comm_time_ms",
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
@@ -1293,6 +1436,14 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t) = _runtime.floats(xp, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*h*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
     call = _runtime.Call(
         "cp_ring_mha_record_exposed_comm_time_ms",
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
@@ -1360,6 +1511,12 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((a, b, cp, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, cp, dh, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*dh*s*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
+        return _runtime.broadcast(xp, out, (a, b, cp, dh, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_gqa_record_kv_volume_per_step_bytes",
         ("a", "b", "cp", "dh", "n_kv", "s", "t"),
@@ -1414,6 +1571,12 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((a, b, cp, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, cp, dh, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
+        return _runtime.broadcast(xp, out, (a, b, cp, dh, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_gqa_record_total_kv_volume_bytes",
         ("a", "b", "cp", "dh", "n_kv", "s", "t"),
@@ -1475,6 +1638,14 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
+        return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_gqa_record_total_comm_time_ms",
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
@@ -1553,6 +1724,14 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
+        return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_gqa_record_exposed_comm_time_ms",
         ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
@@ -1623,6 +1802,12 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    xp = _runtime.namespace((b, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, cp, dh, s, t) = _runtime.floats(xp, (b, cp, dh, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*dh*s/(cp*t))
+        return _runtime.broadcast(xp, out, (b, cp, dh, s, t))
     call = _runtime.Call(
         "cp_ring_mqa_record_kv_volume_per_step_bytes",
         ("b", "cp", "dh", "s", "t"),
@@ -1668,6 +1853,12 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((b, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, cp, dh, s, t) = _runtime.floats(xp, (b, cp, dh, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, cp, dh, s, t))
     call = _runtime.Call(
         "cp_ring_mqa_record_total_kv_volume_bytes",
         ("b", "cp", "dh", "s", "t"),
@@ -1720,6 +1911,14 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t) = _runtime.floats(xp, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     call = _runtime.Call(
         "cp_ring_mqa_record_total_comm_time_ms",
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
@@ -1789,6 +1988,14 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t) = _runtime.floats(xp, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     call = _runtime.Call(
         "cp_ring_mqa_record_exposed_comm_time_ms",
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
@@ -1855,6 +2062,12 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((b, cp, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, cp, dh, dhr, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 2*b*n_kv*s*(2*dh + dhr)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, cp, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_mla_record_kv_volume_per_step_bytes",
         ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
@@ -1905,6 +2118,12 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((b, cp, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, cp, dh, dhr, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, cp, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_mla_record_total_kv_volume_bytes",
         ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
@@ -1962,6 +2181,14 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*n_kv*s*tmp0*(2*dh + dhr)*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_mla_record_total_comm_time_ms",
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
@@ -2036,6 +2263,14 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
+        tmp0 = cp - 1
+        tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
+        out = xp.where(xp.less_equal(cp, 1), 0, 2e-06*(b*n_kv*s*tmp0*(2*dh + dhr)*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_mla_record_exposed_comm_time_ms",
         ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
@@ -2100,6 +2335,12 @@ def cp_record_mha_kv_dim_elements(*, cp, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
+    xp = _runtime.namespace((cp, h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, h, t) = _runtime.floats(xp, (cp, h, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(h/t))
+        return _runtime.broadcast(xp, out, (cp, h, t))
     call = _runtime.Call(
         "cp_record_mha_kv_dim_elements",
         ("cp", "h", "t"),
@@ -2140,6 +2381,12 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((a, cp, dh, n_kv, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, n_kv, t) = _runtime.floats(xp, (a, cp, dh, n_kv, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/t))
+        return _runtime.broadcast(xp, out, (a, cp, dh, n_kv, t))
     call = _runtime.Call(
         "cp_record_gqa_kv_dim_elements",
         ("a", "cp", "dh", "n_kv", "t"),
@@ -2185,6 +2432,12 @@ def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
+    xp = _runtime.namespace((cp, dh, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, dh, t) = _runtime.floats(xp, (cp, dh, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(dh/t))
+        return _runtime.broadcast(xp, out, (cp, dh, t))
     call = _runtime.Call(
         "cp_record_mqa_kv_dim_elements",
         ("cp", "dh", "t"),
@@ -2225,6 +2478,12 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    xp = _runtime.namespace((cp, dh, dhr, n_kv, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, dh, dhr, n_kv, t) = _runtime.floats(xp, (cp, dh, dhr, n_kv, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(0.5*(n_kv*(2*dh + dhr)/t)))
+        return _runtime.broadcast(xp, out, (cp, dh, dhr, n_kv, t))
     call = _runtime.Call(
         "cp_record_mla_kv_dim_elements",
         ("cp", "dh", "dhr", "n_kv", "t"),
@@ -2275,6 +2534,12 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
     call = _runtime.Call(
         "cp_ulysses_mha_record_comm_volume_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
@@ -2331,6 +2596,12 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     call = _runtime.Call(
         "cp_ring_mha_record_comm_volume_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t"),
@@ -2384,6 +2655,12 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
     call = _runtime.Call(
         "cp_ulysses_gqa_record_comm_volume_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
@@ -2449,6 +2726,12 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_gqa_record_comm_volume_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
@@ -2507,6 +2790,12 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
     call = _runtime.Call(
         "cp_ulysses_mqa_record_comm_volume_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
@@ -2563,6 +2852,12 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
     call = _runtime.Call(
         "cp_ring_mqa_record_comm_volume_bytes",
         ("b", "bytes_compute", "cp", "dh", "s", "t"),
@@ -2618,6 +2913,13 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
     call = _runtime.Call(
         "cp_ulysses_mla_record_comm_volume_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
@@ -2683,6 +2985,12 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "cp_ring_mla_record_comm_volume_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
@@ -2735,6 +3043,12 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((a, cp, dh, h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, t) = _runtime.floats(xp, (a, cp, dh, h, t))
+        out = xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, t))
     call = _runtime.Call(
         "cp_linear_state_record_comm_volume_bytes",
         ("a", "cp", "dh", "h", "t"),

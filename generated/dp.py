@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -87,6 +89,13 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((P_r, P_s, cp, ep, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_r, P_s, cp, ep, t_exp) = _runtime.floats(xp, (P_r, P_s, cp, ep, t_exp))
+        tmp0 = P_r + P_s
+        out = xp.where(xp.equal(tmp0, 0), 0, tmp0/xp.maximum(ep, t_exp) + tmp0/(cp*ep*t_exp))
+        return _runtime.broadcast(xp, out, (P_r, P_s, cp, ep, t_exp))
     call = _runtime.Call(
         "dp_none_zero2_layer_params",
         ("P_r", "P_s", "cp", "ep", "t_exp"),
@@ -137,6 +146,13 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    xp = _runtime.namespace((P_r, P_s, cp, ep, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_r, P_s, cp, ep, t_exp) = _runtime.floats(xp, (P_r, P_s, cp, ep, t_exp))
+        tmp0 = P_r + P_s
+        out = xp.where(xp.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
+        return _runtime.broadcast(xp, out, (P_r, P_s, cp, ep, t_exp))
     call = _runtime.Call(
         "dp_none_zero3_layer_params",
         ("P_r", "P_s", "cp", "ep", "t_exp"),
@@ -180,6 +196,13 @@ def dp_zero2_none_layer_params(*, P_ne, cp, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((P_ne, cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, cp, t) = _runtime.floats(xp, (P_ne, cp, t))
+        tmp0 = P_ne/t
+        out = tmp0 + tmp0/cp
+        return _runtime.broadcast(xp, out, (P_ne, cp, t))
     call = _runtime.Call(
         "dp_zero2_none_layer_params",
         ("P_ne", "cp", "t"),
@@ -223,6 +246,14 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, P_r, P_s, cp, ep, t, t_exp) = _runtime.floats(xp, (P_ne, P_r, P_s, cp, ep, t, t_exp))
+        tmp0 = P_ne/t
+        tmp2 = P_r + P_s
+        out = tmp0 + xp.where(xp.equal(tmp2, 0), 0, tmp2/xp.maximum(ep, t_exp) + tmp2/(cp*ep*t_exp)) + tmp0/cp
+        return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
     call = _runtime.Call(
         "dp_zero2_zero2_layer_params",
         ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
@@ -280,6 +311,14 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, P_r, P_s, cp, ep, t, t_exp) = _runtime.floats(xp, (P_ne, P_r, P_s, cp, ep, t, t_exp))
+        tmp0 = P_ne/t
+        tmp2 = P_r + P_s
+        out = tmp0 + xp.where(xp.equal(tmp2, 0), 0, tmp2/(cp*ep*t_exp)) + tmp0/cp
+        return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
     call = _runtime.Call(
         "dp_zero2_zero3_layer_params",
         ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
@@ -327,6 +366,12 @@ def dp_zero3_none_layer_params(*, P_ne, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
+    xp = _runtime.namespace((P_ne, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, t) = _runtime.floats(xp, (P_ne, t))
+        out = P_ne/t
+        return _runtime.broadcast(xp, out, (P_ne, t))
     call = _runtime.Call(
         "dp_zero3_none_layer_params",
         ("P_ne", "t"),
@@ -367,6 +412,13 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, P_r, P_s, cp, ep, t, t_exp) = _runtime.floats(xp, (P_ne, P_r, P_s, cp, ep, t, t_exp))
+        tmp0 = P_r + P_s
+        out = P_ne/t + xp.where(xp.equal(tmp0, 0), 0, tmp0/xp.maximum(ep, t_exp) + tmp0/(cp*ep*t_exp))
+        return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
     call = _runtime.Call(
         "dp_zero3_zero2_layer_params",
         ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
@@ -421,6 +473,13 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, P_r, P_s, cp, ep, t, t_exp) = _runtime.floats(xp, (P_ne, P_r, P_s, cp, ep, t, t_exp))
+        tmp0 = P_r + P_s
+        out = P_ne/t + xp.where(xp.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
+        return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
     call = _runtime.Call(
         "dp_zero3_zero3_layer_params",
         ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
@@ -464,6 +523,12 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((bytes_p, h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_p, h, t) = _runtime.floats(xp, (bytes_p, h, t))
+        out = bytes_p*(h*h)/t
+        return _runtime.broadcast(xp, out, (bytes_p, h, t))
     call = _runtime.Call(
         "dp_legacy_att_mm_bytes",
         ("bytes_p", "h", "t"),
@@ -500,6 +565,12 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((bytes_p, h, hff, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_p, h, hff, t) = _runtime.floats(xp, (bytes_p, h, hff, t))
+        out = bytes_p*h*hff/t
+        return _runtime.broadcast(xp, out, (bytes_p, h, hff, t))
     call = _runtime.Call(
         "dp_legacy_ff_mm_bytes",
         ("bytes_p", "h", "hff", "t"),
@@ -536,6 +607,12 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((bytes_norm, h, sp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_norm, h, sp) = _runtime.floats(xp, (bytes_norm, h, sp))
+        out = 2*bytes_norm*h/sp
+        return _runtime.broadcast(xp, out, (bytes_norm, h, sp))
     call = _runtime.Call(
         "dp_legacy_norm_op_bytes",
         ("bytes_norm", "h", "sp"),
@@ -575,6 +652,12 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    xp = _runtime.namespace((bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_p, h, hff_exp, n_exp, n_shared_exp, t) = _runtime.floats(xp, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
+        out = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)/t
+        return _runtime.broadcast(xp, out, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
     call = _runtime.Call(
         "dp_legacy_exp_ff_mm_bytes",
         ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
@@ -618,6 +701,12 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
         float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard) = _runtime.floats(xp, (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
+        out = xp.where(xp.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp - 1)*xp.where(xp.equal(n_exp, 1), 0.0625, 0.8*1/xp.maximum(1, ep/device_intra_node_num))/d)
+        return _runtime.broadcast(xp, out, (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
     call = _runtime.Call(
         "dp_legacy_ratio",
         ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -50,6 +52,12 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
         float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
+        out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep - 1)/(cp*ep))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
     call = _runtime.Call(
         "ep_balanced_layer_bytes",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s"),
@@ -109,6 +117,12 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
+        out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep - 1)/ep)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
     call = _runtime.Call(
         "ep_imbalanced_layer_bytes",
         ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb"),
@@ -168,6 +182,12 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
+        out = 4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/xp.minimum(device_intra_node_num, ep) + xp.where(xp.less(device_intra_node_num, ep), device_intra_node_num*os_max_shard/ep, 0))*xp.maximum(4, os_max_shard)/t
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
     call = _runtime.Call(
         "ep_legacy_ff_mm_bytes",
         ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t"),

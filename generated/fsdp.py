@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -71,6 +73,15 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces) = _runtime.floats(xp, (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
+        tmp0 = 1/xp.maximum(1, part_computed)
+        tmp1 = xp.maximum(1, part_sharded*tmp0)
+        tmp2 = xp.maximum(1, part_held/xp.maximum(1, part_sharded))
+        out = part_size*tmp0*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/tmp1
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
     call = _runtime.Call(
         "fsdp_part_traffic_bytes",
         ("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
@@ -134,6 +145,14 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces) = _runtime.floats(xp, (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
+        tmp0 = 1/xp.maximum(1, part_computed)
+        tmp1 = xp.maximum(1, part_held/xp.maximum(1, part_sharded))
+        out = bytes_grad*part_size*reduces*tmp0*(2*tmp1 - 2)/(tmp1*xp.maximum(1, part_sharded*tmp0))
+        return _runtime.broadcast(xp, out, (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
     call = _runtime.Call(
         "fsdp_part_reduce_traffic_bytes",
         ("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
@@ -184,6 +203,12 @@ def fsdp_routed_part_size_params(*, P_r, ep):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
+    xp = _runtime.namespace((P_r, ep))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_r, ep) = _runtime.floats(xp, (P_r, ep))
+        out = P_r/ep
+        return _runtime.broadcast(xp, out, (P_r, ep))
     call = _runtime.Call(
         "fsdp_routed_part_size_params",
         ("P_r", "ep"),
@@ -218,6 +243,12 @@ def fsdp_non_expert_part_held_count(*, cp, d, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    xp = _runtime.namespace((cp, d, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, d, t) = _runtime.floats(xp, (cp, d, t))
+        out = cp*d*t
+        return _runtime.broadcast(xp, out, (cp, d, t))
     call = _runtime.Call(
         "fsdp_non_expert_part_held_count",
         ("cp", "d", "t"),
@@ -253,6 +284,12 @@ def fsdp_routed_part_held_count(*, cp, d_exp, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    xp = _runtime.namespace((cp, d_exp, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, d_exp, t_exp) = _runtime.floats(xp, (cp, d_exp, t_exp))
+        out = cp*d_exp*t_exp
+        return _runtime.broadcast(xp, out, (cp, d_exp, t_exp))
     call = _runtime.Call(
         "fsdp_routed_part_held_count",
         ("cp", "d_exp", "t_exp"),
@@ -288,6 +325,12 @@ def fsdp_shared_part_held_count(*, cp, d, t_exp):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    xp = _runtime.namespace((cp, d, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, d, t_exp) = _runtime.floats(xp, (cp, d, t_exp))
+        out = cp*d*t_exp
+        return _runtime.broadcast(xp, out, (cp, d, t_exp))
     call = _runtime.Call(
         "fsdp_shared_part_held_count",
         ("cp", "d", "t_exp"),
@@ -321,6 +364,12 @@ def fsdp_embedding_part_computed_count(*, gather_embed, shard_embed):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    xp = _runtime.namespace((gather_embed, shard_embed))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (gather_embed, shard_embed) = _runtime.floats(xp, (gather_embed, shard_embed))
+        out = shard_embed/xp.maximum(1, gather_embed)
+        return _runtime.broadcast(xp, out, (gather_embed, shard_embed))
     call = _runtime.Call(
         "fsdp_embedding_part_computed_count",
         ("gather_embed", "shard_embed"),
@@ -355,6 +404,12 @@ def fsdp_embedding_part_held_count(*, d, gather_embed, shard_embed):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((d, gather_embed, shard_embed))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (d, gather_embed, shard_embed) = _runtime.floats(xp, (d, gather_embed, shard_embed))
+        out = d*shard_embed/xp.maximum(1, gather_embed)
+        return _runtime.broadcast(xp, out, (d, gather_embed, shard_embed))
     call = _runtime.Call(
         "fsdp_embedding_part_held_count",
         ("d", "gather_embed", "shard_embed"),
@@ -389,6 +444,12 @@ def fsdp_embedding_part_size_params(*, h, v):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
+    xp = _runtime.namespace((h, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (h, v) = _runtime.floats(xp, (h, v))
+        out = h*v
+        return _runtime.broadcast(xp, out, (h, v))
     call = _runtime.Call(
         "fsdp_embedding_part_size_params",
         ("h", "v"),
@@ -421,6 +482,12 @@ def fsdp_output_part_size_params(*, h, v):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    xp = _runtime.namespace((h, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (h, v) = _runtime.floats(xp, (h, v))
+        out = h*v + v
+        return _runtime.broadcast(xp, out, (h, v))
     call = _runtime.Call(
         "fsdp_output_part_size_params",
         ("h", "v"),
@@ -480,6 +547,26 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         float64 array of the arguments' broadcast shape.
     """
     # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 54.
+    xp = _runtime.namespace((P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp) = _runtime.floats(xp, (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp2 = bytes_grad + bytes_p*gathers
+        tmp3 = P_ne/(t*tmp1)
+        tmp5 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp6 = tmp2/t_exp
+        tmp7 = P_s/tmp5
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp9 = P_r/(ep*tmp8)
+        tmp10 = cp*d
+        tmp11 = xp.maximum(1, t*tmp10/shard_p_os_non_exp_partial)
+        tmp12 = 2*bytes_grad*reduces
+        tmp13 = xp.maximum(1, t_exp*tmp10/shard_p_os_exp_partial)
+        tmp14 = tmp12/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        out = tmp14*tmp9*(tmp15 - 1)/tmp15 + tmp2*tmp3*(tmp1 - 1) + tmp6*tmp7*(tmp5 - 1) + tmp6*tmp9*(tmp8 - 1) + tmp14*tmp7*(tmp13 - 1)/tmp13 + tmp12*tmp3*(tmp11 - 1)/tmp11
+        return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
     call = _runtime.Call(
         "fsdp_layer_traffic_bytes",
         ("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
@@ -598,6 +685,16 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    xp = _runtime.namespace((P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp) = _runtime.floats(xp, (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
+        tmp1 = cp*d
+        tmp2 = xp.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+        tmp4 = xp.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+        tmp5 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        out = 2*bytes_grad*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*xp.maximum(1, shard_p_os_non_exp_partial/t)) + P_r*(tmp5 - 1)/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)) + P_s*(tmp4 - 1)/(t_exp*tmp4*xp.maximum(1, shard_p_os_exp_partial/t_exp)))
+        return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
     call = _runtime.Call(
         "fsdp_layer_reduce_traffic_bytes",
         ("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
@@ -686,6 +783,16 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v) = _runtime.floats(xp, (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = xp.maximum(1, d*tmp0)
+        out = h*tmp1*v*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 - 1))/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
     call = _runtime.Call(
         "fsdp_embedding_traffic_bytes",
         ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v"),
@@ -753,6 +860,15 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, d, gather_embed, h, reduces, shard_embed, v) = _runtime.floats(xp, (bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = xp.maximum(1, d*tmp0)
+        tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
+        out = bytes_grad*h*reduces*tmp2*v*(2*tmp1 - 2)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        return _runtime.broadcast(xp, out, (bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
     call = _runtime.Call(
         "fsdp_embedding_reduce_traffic_bytes",
         ("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v"),
@@ -820,6 +936,16 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v) = _runtime.floats(xp, (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = xp.maximum(1, d*tmp0)
+        out = tmp1*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
     call = _runtime.Call(
         "fsdp_tied_embedding_traffic_bytes",
         ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v"),
@@ -892,6 +1018,15 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v) = _runtime.floats(xp, (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = xp.maximum(1, d*tmp0)
+        tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
+        out = bytes_grad*reduces*tmp2*(2*tmp1 - 2)*xp.where(xp.less_equal(p, 1), 0, h*v)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        return _runtime.broadcast(xp, out, (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
     call = _runtime.Call(
         "fsdp_tied_embedding_reduce_traffic_bytes",
         ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v"),
@@ -961,6 +1096,14 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp2 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = v*(h + 1)*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/(t*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
     call = _runtime.Call(
         "fsdp_output_traffic_bytes",
         ("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
@@ -1024,6 +1167,13 @@ def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_o
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v) = _runtime.floats(xp, (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
+        tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = bytes_grad*reduces*(2*tmp1 - 2)*(h*v + v)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
     call = _runtime.Call(
         "fsdp_output_reduce_traffic_bytes",
         ("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
@@ -1131,6 +1281,12 @@ def fsdp_kept_gathers_count(*, m):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
+    xp = _runtime.namespace((m,))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (m,) = _runtime.floats(xp, (m,))
+        out = 1/m
+        return _runtime.broadcast(xp, out, (m,))
     call = _runtime.Call(
         "fsdp_kept_gathers_count",
         ("m",),
@@ -1166,6 +1322,12 @@ def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
+    xp = _runtime.namespace((m, shard_p_os_non_exp_partial, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (m, shard_p_os_non_exp_partial, t) = _runtime.floats(xp, (m, shard_p_os_non_exp_partial, t))
+        out = xp.where(xp.greater(shard_p_os_non_exp_partial, t), 1/m, 1)
+        return _runtime.broadcast(xp, out, (m, shard_p_os_non_exp_partial, t))
     call = _runtime.Call(
         "fsdp_cp_spanning_reduces_count",
         ("m", "shard_p_os_non_exp_partial", "t"),
@@ -1207,6 +1369,12 @@ def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
+    xp = _runtime.namespace((cp, m, shard_p_os_non_exp_partial, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (cp, m, shard_p_os_non_exp_partial, t) = _runtime.floats(xp, (cp, m, shard_p_os_non_exp_partial, t))
+        out = xp.where(xp.greater(shard_p_os_non_exp_partial, cp*t), 1/m, 1)
+        return _runtime.broadcast(xp, out, (cp, m, shard_p_os_non_exp_partial, t))
     call = _runtime.Call(
         "fsdp_cp_separate_reduces_count",
         ("cp", "m", "shard_p_os_non_exp_partial", "t"),

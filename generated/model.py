@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -42,6 +44,12 @@ def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    xp = _runtime.namespace((bytes_compute, h, shard_embed, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, h, shard_embed, v) = _runtime.floats(xp, (bytes_compute, h, shard_embed, v))
+        out = bytes_compute*h*v/shard_embed
+        return _runtime.broadcast(xp, out, (bytes_compute, h, shard_embed, v))
     call = _runtime.Call(
         "model_legacy_embed_bytes",
         ("bytes_compute", "h", "shard_embed", "v"),
@@ -78,6 +86,12 @@ def model_legacy_output_elements(*, h, t, v):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    xp = _runtime.namespace((h, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (h, t, v) = _runtime.floats(xp, (h, t, v))
+        out = h*v/t
+        return _runtime.broadcast(xp, out, (h, t, v))
     call = _runtime.Call(
         "model_legacy_output_elements",
         ("h", "t", "v"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -70,6 +72,16 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
         float64 array of the arguments' broadcast shape.
     """
     # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp1 = h + qkv_bias
+        tmp2 = a*tmp0
+        tmp3 = 0.25*n_attMM
+        out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
     call = _runtime.Call(
         "params_standard_dense_non_expert_params",
         ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"),
@@ -225,6 +237,16 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp1 = h + qkv_bias
+        tmp2 = a*tmp0
+        tmp3 = 0.25*n_attMM
+        out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
     call = _runtime.Call(
         "params_standard_moe_non_expert_params",
         ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"),
@@ -298,6 +320,13 @@ def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    xp = _runtime.namespace((etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM) = _runtime.floats(xp, (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
+        tmp0 = hff_exp/xp.maximum(1, etp)
+        out = n_exp*(h*n_ffMM*tmp0 + mlp_bias*(h + tmp0*(n_ffMM - 1)))
+        return _runtime.broadcast(xp, out, (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
     call = _runtime.Call(
         "params_moe_routed_experts_params",
         ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"),
@@ -347,6 +376,12 @@ def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_e
         float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate) = _runtime.floats(xp, (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate))
+        out = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        return _runtime.broadcast(xp, out, (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate))
     call = _runtime.Call(
         "params_moe_shared_experts_params",
         ("h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate"),
@@ -416,6 +451,13 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 42.
+    xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.floats(xp, (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+        tmp0 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
     call = _runtime.Call(
         "params_mla_q_latent_dense_non_expert_params",
         ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
@@ -512,6 +554,13 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
         float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.floats(xp, (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+        tmp0 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
+        return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
     call = _runtime.Call(
         "params_mla_q_latent_moe_non_expert_params",
         ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
@@ -603,6 +652,14 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
         float64 array of the arguments' broadcast shape.
     """
     # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    xp = _runtime.namespace((a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.floats(xp, (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+        tmp0 = a*h
+        tmp1 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
     call = _runtime.Call(
         "params_mla_q_direct_dense_non_expert_params",
         ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
@@ -695,6 +752,14 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
         float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.floats(xp, (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+        tmp0 = a*h
+        tmp1 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
+        return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
     call = _runtime.Call(
         "params_mla_q_direct_moe_non_expert_params",
         ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),

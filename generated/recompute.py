@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -70,6 +72,12 @@ def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    xp = _runtime.namespace((b, comm_t, cp, h, hff, n_gather, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, cp, h, hff, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, n_gather, s))
+        out = 0.25*(b*comm_t*n_gather*s*(h + hff)/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, n_gather, s))
     call = _runtime.Call(
         "recompute_tp_dense_full_elements",
         ("b", "comm_t", "cp", "h", "hff", "n_gather", "s"),
@@ -117,6 +125,12 @@ def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_ga
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((b, comm_t, cp, gather, h, hff, n_gather, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, cp, gather, h, hff, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, n_gather, s))
+        out = 0.25*(b*comm_t*n_gather*s*(1 - gather)*(h + hff)/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, n_gather, s))
     call = _runtime.Call(
         "recompute_tp_dense_selective_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s"),
@@ -170,6 +184,12 @@ def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+        out = 0.25*(bytes_compute*comm_t*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     call = _runtime.Call(
         "recompute_tp_moe_full_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
@@ -228,6 +248,12 @@ def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+        out = 0.25*(bytes_compute*comm_t*h*n_gather*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     call = _runtime.Call(
         "recompute_tp_moe_selective_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
@@ -283,6 +309,12 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
+        out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
     call = _runtime.Call(
         "recompute_ep_balanced_full_bytes",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s"),
@@ -339,6 +371,12 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, max_rank_tokens))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, ep, h, max_rank_tokens) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, max_rank_tokens))
+        out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, max_rank_tokens))
     call = _runtime.Call(
         "recompute_ep_imbalanced_full_bytes",
         ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens"),
@@ -421,6 +459,12 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_mha_full_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t"),
@@ -474,6 +518,12 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_mha_selective_bytes",
         ("b", "bytes_compute", "cp", "gather", "h", "s", "t"),
@@ -527,6 +577,12 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((a, cp, dh, h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, t) = _runtime.floats(xp, (a, cp, dh, h, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, t))
     call = _runtime.Call(
         "recompute_cp_linear_state_full_bytes",
         ("a", "cp", "dh", "h", "t"),
@@ -581,6 +637,12 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((a, cp, dh, gather, h, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, t) = _runtime.floats(xp, (a, cp, dh, gather, h, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, t))
     call = _runtime.Call(
         "recompute_cp_linear_state_selective_bytes",
         ("a", "cp", "dh", "gather", "h", "t"),
@@ -639,6 +701,12 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
         float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_gqa_full_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
@@ -700,6 +768,12 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_gqa_selective_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t"),
@@ -760,6 +834,12 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_mqa_full_bytes",
         ("b", "bytes_compute", "cp", "dh", "s", "t"),
@@ -813,6 +893,12 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_mqa_selective_bytes",
         ("b", "bytes_compute", "cp", "dh", "gather", "s", "t"),
@@ -869,6 +955,12 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_mla_full_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
@@ -928,6 +1020,12 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ring_mla_selective_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t"),
@@ -988,6 +1086,12 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_mha_full_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
@@ -1050,6 +1154,12 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_mha_selective_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
@@ -1115,6 +1225,12 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_gqa_full_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
@@ -1185,6 +1301,12 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_gqa_selective_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t"),
@@ -1254,6 +1376,12 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_mqa_full_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
@@ -1316,6 +1444,12 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, s, t))
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_mqa_selective_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
@@ -1383,6 +1517,13 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_mla_full_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
@@ -1455,6 +1596,13 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
     call = _runtime.Call(
         "recompute_cp_ulysses_mla_selective_bytes",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -46,6 +48,12 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
+    xp = _runtime.namespace((comm_volume, level_assign_0, level_bw_0, overlap))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_volume, level_assign_0, level_bw_0, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_bw_0, overlap))
+        out = comm_volume*(1 - overlap)*(level_assign_0 - 1)/level_bw_0
+        return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_bw_0, overlap))
     call = _runtime.Call(
         "score_levels1_comm_score",
         ("comm_volume", "level_assign_0", "level_bw_0", "overlap"),
@@ -92,6 +100,12 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
+        out = comm_volume*(1 - overlap)*(level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
+        return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
     call = _runtime.Call(
         "score_levels2_comm_score",
         ("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap"),
@@ -146,6 +160,12 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
+        out = comm_volume*(1 - overlap)*(level_bound_0*level_bound_1*(level_assign_2 - 1)/level_bw_2 + level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
+        return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
     call = _runtime.Call(
         "score_levels3_comm_score",
         ("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -175,6 +177,12 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_layer",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -237,6 +245,12 @@ def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_layer",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -300,6 +314,12 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_full_again",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -363,6 +383,12 @@ def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_again",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -425,6 +451,12 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_layer",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -493,6 +525,12 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_full_again",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -559,6 +597,12 @@ def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_b
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_layer",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -622,6 +666,12 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_full_again",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -687,6 +737,12 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_selective_again",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -793,6 +849,29 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
         float64 array of the arguments' broadcast shape.
     """
     # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 79.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp1 = dh*n_kv
+        tmp2 = 0.5*n_attMM
+        tmp3 = 2*n_qknorm
+        tmp4 = h*o_bias
+        tmp5 = a*dh
+        tmp6 = h*tmp5
+        tmp7 = 0.25*n_attMM
+        tmp8 = attn_output_gate + 1
+        tmp9 = qkv_bias*tmp8
+        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+        tmp12 = xp.equal(zero3_non_exp, 1)
+        tmp13 = xp.not_equal(dh, 0)
+        tmp15 = n_kv/a
+        tmp16 = (h*h)
+        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_standard_dense_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -973,6 +1052,29 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
+        tmp1 = dh*n_kv
+        tmp2 = 0.5*n_attMM
+        tmp3 = 2*n_qknorm
+        tmp4 = h*o_bias
+        tmp5 = a*dh
+        tmp6 = h*tmp5
+        tmp7 = 0.25*n_attMM
+        tmp8 = attn_output_gate + 1
+        tmp9 = qkv_bias*tmp8
+        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+        tmp12 = xp.equal(zero3_non_exp, 1)
+        tmp13 = xp.not_equal(dh, 0)
+        tmp15 = n_kv/a
+        tmp16 = (h*h)
+        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_standard_dense_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -1113,6 +1215,12 @@ def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1176,6 +1284,12 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1241,6 +1355,12 @@ def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1309,6 +1429,12 @@ def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_layer",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1372,6 +1498,12 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_full_again",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1437,6 +1569,12 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gath
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_selective_again",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1502,6 +1640,12 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1565,6 +1709,12 @@ def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1630,6 +1780,12 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1701,6 +1857,12 @@ def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1773,6 +1935,12 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1847,6 +2015,12 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1923,6 +2097,12 @@ def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1995,6 +2175,12 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2069,6 +2255,12 @@ def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2145,6 +2337,12 @@ def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2216,6 +2414,12 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2290,6 +2494,12 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, c
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2361,6 +2571,12 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2424,6 +2640,12 @@ def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2489,6 +2711,12 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2560,6 +2788,12 @@ def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_b
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2631,6 +2865,12 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2705,6 +2945,12 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2776,6 +3022,12 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2839,6 +3091,12 @@ def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2904,6 +3162,12 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2976,6 +3240,12 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3055,6 +3325,12 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3137,6 +3413,12 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3220,6 +3502,12 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3299,6 +3587,12 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3381,6 +3675,12 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3460,6 +3760,12 @@ def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_layer",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3523,6 +3829,12 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_full_again",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3588,6 +3900,12 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3653,6 +3971,12 @@ def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3716,6 +4040,12 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3781,6 +4111,12 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3849,6 +4185,12 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_layer",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3912,6 +4254,12 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_full_again",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3977,6 +4325,12 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4042,6 +4396,12 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4105,6 +4465,12 @@ def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4170,6 +4536,12 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4241,6 +4613,12 @@ def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4313,6 +4691,12 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4387,6 +4771,12 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4463,6 +4853,12 @@ def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4535,6 +4931,12 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4609,6 +5011,12 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4684,6 +5092,12 @@ def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_layer",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4752,6 +5166,12 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_full_again",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4823,6 +5243,12 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_selective_again",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4891,6 +5317,12 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4954,6 +5386,12 @@ def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5019,6 +5457,12 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5089,6 +5533,12 @@ def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_layer",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5157,6 +5607,12 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_full_again",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5228,6 +5684,12 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_selective_again",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5296,6 +5758,12 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_layer",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5359,6 +5827,12 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_full_again",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5424,6 +5898,12 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_selective_again",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5497,6 +5977,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5578,6 +6065,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5662,6 +6156,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5747,6 +6248,13 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_layer",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5828,6 +6336,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_full_again",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5912,6 +6427,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_selective_again",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5991,6 +6513,12 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_imbalanced_layer",
         ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
@@ -6053,6 +6581,12 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_imbalanced_full_again",
         ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
@@ -6153,6 +6687,17 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
         float64 array of the arguments' broadcast shape.
     """
     # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_standard_dense_fsdp_layer",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -6294,6 +6839,17 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = 1/m
+        tmp4 = xp.maximum(1, d*tmp0)
+        out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_untied_embedding",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -6394,6 +6950,14 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
         float64 array of the arguments' broadcast shape.
     """
     # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 36.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_output",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -6511,6 +7075,17 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 67 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
     call = _runtime.Call(
         "stage_dp_unconverted_standard_dense_fsdp_layer",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
@@ -6644,6 +7219,17 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
         float64 array of the arguments' broadcast shape.
     """
     # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = 1/m
+        tmp4 = xp.maximum(1, d*tmp0)
+        out = h*tmp1*v*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     call = _runtime.Call(
         "stage_dp_unconverted_fsdp_untied_embedding",
         ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
@@ -6734,6 +7320,14 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
         float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
+    xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = v*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     call = _runtime.Call(
         "stage_dp_unconverted_fsdp_output",
         ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
@@ -6838,6 +7432,17 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
         float64 array of the arguments' broadcast shape.
     """
     # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
+        tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp2 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp3 = h + qkv_bias
+        tmp4 = a*tmp2
+        tmp5 = 0.25*n_attMM
+        out = 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
     call = _runtime.Call(
         "stage_dp_reduced_standard_dense_fsdp_layer",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
@@ -6955,6 +7560,15 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = xp.maximum(1, d*tmp0)
+        tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
+        out = bytes_grad*h*tmp2*v*(2*tmp1 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     call = _runtime.Call(
         "stage_dp_reduced_fsdp_untied_embedding",
         ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
@@ -7031,6 +7645,13 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+        tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = bytes_grad*(2*tmp1 - 2)*(h*v + v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     call = _runtime.Call(
         "stage_dp_reduced_fsdp_output",
         ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
@@ -7117,6 +7738,17 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 37 (SymPy count_ops of the CSE form below); NumPy calls per block: 40.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = 1/m
+        tmp4 = xp.maximum(1, d*tmp0)
+        out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_tied_embedding",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -7219,6 +7851,17 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
         float64 array of the arguments' broadcast shape.
     """
     # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 36.
+    xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = 1/m
+        tmp4 = xp.maximum(1, d*tmp0)
+        out = tmp1*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     call = _runtime.Call(
         "stage_dp_unconverted_fsdp_tied_embedding",
         ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
@@ -7312,6 +7955,15 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = xp.maximum(1, d*tmp0)
+        tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
+        out = bytes_grad*tmp2*(2*tmp1 - 2)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     call = _runtime.Call(
         "stage_dp_reduced_fsdp_tied_embedding",
         ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
@@ -7400,6 +8052,12 @@ def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_layer",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -7474,6 +8132,12 @@ def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_selective_layer",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -7549,6 +8213,12 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_full_again",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -7624,6 +8294,12 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_selective_again",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -7755,6 +8431,40 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp1 = dh*n_kv
+        tmp2 = 0.5*n_attMM
+        tmp3 = 2*n_qknorm
+        tmp4 = h*o_bias
+        tmp5 = a*dh
+        tmp6 = h*tmp5
+        tmp7 = 0.25*n_attMM
+        tmp8 = attn_output_gate + 1
+        tmp9 = qkv_bias*tmp8
+        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+        tmp12 = xp.equal(zero3_non_exp, 1)
+        tmp13 = xp.not_equal(dh, 0)
+        tmp15 = n_kv/a
+        tmp16 = (h*h)
+        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+        tmp18 = xp.equal(zero3_exp, 1)
+        tmp19 = xp.not_equal(n_shared_exp, 0)
+        tmp20 = h*hff_exp*n_ffMM
+        tmp21 = hff_exp*(n_ffMM - 1)
+        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+        tmp24 = h*shared_expert_gate + tmp23
+        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
+        tmp27 = 1/(cp*ep*t_exp)
+        tmp28 = tmp24*tmp27
+        tmp29 = tmp23*tmp27
+        tmp30 = xp.equal(zero2_non_exp, 1)
+        tmp31 = xp.equal(zero2_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -8018,6 +8728,40 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
         float64 array of the arguments' broadcast shape.
     """
     # ops: 107 (SymPy count_ops of the CSE form below); NumPy calls per block: 115.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp1 = dh*n_kv
+        tmp2 = 0.5*n_attMM
+        tmp3 = 2*n_qknorm
+        tmp4 = h*o_bias
+        tmp5 = a*dh
+        tmp6 = h*tmp5
+        tmp7 = 0.25*n_attMM
+        tmp8 = attn_output_gate + 1
+        tmp9 = qkv_bias*tmp8
+        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+        tmp12 = xp.equal(zero3_non_exp, 1)
+        tmp13 = xp.not_equal(dh, 0)
+        tmp15 = n_kv/a
+        tmp16 = (h*h)
+        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+        tmp18 = xp.equal(zero3_exp, 1)
+        tmp19 = xp.not_equal(n_shared_exp, 0)
+        tmp20 = h*hff_exp*n_ffMM
+        tmp21 = hff_exp*(n_ffMM - 1)
+        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+        tmp24 = h*shared_expert_gate + tmp23
+        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
+        tmp27 = 1/(cp*ep*t_exp)
+        tmp28 = tmp24*tmp27
+        tmp29 = tmp23*tmp27
+        tmp30 = xp.equal(zero2_non_exp, 1)
+        tmp31 = xp.equal(zero2_exp, 1)
+        out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_standard_moe_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -8273,6 +9017,32 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
         float64 array of the arguments' broadcast shape.
     """
     # ops: 117 (SymPy count_ops of the CSE form below); NumPy calls per block: 122.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp4 = tmp3/t_exp
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp6/xp.maximum(1, etp)) + tmp5/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = 2*tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = 4*h
+        tmp19 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp20 = a*tmp19
+        tmp21 = n_attMM*(h + qkv_bias)
+        tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17)
+        tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -8519,6 +9289,32 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
         float64 array of the arguments' broadcast shape.
     """
     # ops: 113 (SymPy count_ops of the CSE form below); NumPy calls per block: 118.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp4 = tmp3/t_exp
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp6/xp.maximum(1, etp)) + tmp5/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = 2*tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = 4*h
+        tmp19 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp20 = a*tmp19
+        tmp21 = n_attMM*(h + qkv_bias)
+        tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17)
+        tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_standard_moe_fsdp_layer",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
@@ -8746,6 +9542,22 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 92 (SymPy count_ops of the CSE form below); NumPy calls per block: 97.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+        tmp1 = cp*d
+        tmp2 = xp.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+        tmp3 = h*hff_exp*n_ffMM
+        tmp4 = hff_exp*(n_ffMM - 1)
+        tmp5 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp8 = xp.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+        tmp9 = 4*h
+        tmp10 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp11 = a*tmp10
+        tmp12 = n_attMM*(h + qkv_bias)
+        out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1) + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 + tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     call = _runtime.Call(
         "stage_dp_reduced_standard_moe_fsdp_layer",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
@@ -8960,6 +9772,30 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 88.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*dc_q
+        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = (tmp5 + tmp8)/t
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = (tmp13 + tmp8)/t
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = (tmp15 + tmp5)/t
+        tmp17 = (tmp13 + tmp15)/t
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -9167,6 +10003,30 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 84.
+    xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*dc_q
+        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = (tmp5 + tmp8)/t
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = (tmp13 + tmp8)/t
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = (tmp15 + tmp5)/t
+        tmp17 = (tmp13 + tmp15)/t
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
+        return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
         ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -9355,6 +10215,16 @@ def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
         float64 array of the arguments' broadcast shape.
     """
     # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 78.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+        tmp5 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp4*(2*tmp5 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -9515,6 +10385,16 @@ def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p
         float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+        tmp5 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = bytes_grad*tmp4*(2*tmp5 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
@@ -9664,6 +10544,14 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         float64 array of the arguments' broadcast shape.
     """
     # ops: 59 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
+    xp = _runtime.namespace((a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
+        tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp2 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
         ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
@@ -9856,6 +10744,41 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 128.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp0 = xp.equal(zero3_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp9 = 1/(cp*ep*t_exp)
+        tmp10 = tmp6*tmp9
+        tmp11 = tmp5*tmp9
+        tmp13 = dc_kv*n_kv
+        tmp14 = a*dc_q
+        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp16 = 0.25*n_attMM
+        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+        tmp18 = 2*dh
+        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp20 = n_qknorm*tmp18 + tmp19
+        tmp21 = (tmp17 + tmp20)/t
+        tmp22 = xp.equal(zero3_non_exp, 1)
+        tmp23 = xp.not_equal(dh, 0)
+        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+        tmp26 = (tmp20 + tmp25)/t
+        tmp27 = tmp19 + 2*h*n_qknorm/a
+        tmp28 = (tmp17 + tmp27)/t
+        tmp29 = (tmp25 + tmp27)/t
+        tmp30 = xp.equal(zero2_exp, 1)
+        tmp32 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp30, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp30), tmp10 + tmp6/xp.maximum(ep, t_exp), xp.where(tmp30, tmp11 + tmp5/xp.maximum(ep, t_exp), 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), tmp21, xp.where(xp.logical_and(tmp22, tmp23), tmp26, xp.where(xp.logical_and(tmp22, tmp24), tmp28, xp.where(tmp22, tmp29, 0)))) + xp.where(xp.logical_and(tmp23, xp.logical_and(tmp24, tmp32)), tmp21 + tmp21/cp, xp.where(xp.logical_and(tmp23, tmp32), tmp26 + tmp26/cp, xp.where(xp.logical_and(tmp24, tmp32), tmp28 + tmp28/cp, xp.where(tmp32, tmp29 + tmp29/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -10141,6 +11064,41 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 124.
+    xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp0 = xp.equal(zero3_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp9 = 1/(cp*ep*t_exp)
+        tmp10 = tmp6*tmp9
+        tmp11 = tmp5*tmp9
+        tmp13 = dc_kv*n_kv
+        tmp14 = a*dc_q
+        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp16 = 0.25*n_attMM
+        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+        tmp18 = 2*dh
+        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp20 = n_qknorm*tmp18 + tmp19
+        tmp21 = (tmp17 + tmp20)/t
+        tmp22 = xp.equal(zero3_non_exp, 1)
+        tmp23 = xp.not_equal(dh, 0)
+        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+        tmp26 = (tmp20 + tmp25)/t
+        tmp27 = tmp19 + 2*h*n_qknorm/a
+        tmp28 = (tmp17 + tmp27)/t
+        tmp29 = (tmp25 + tmp27)/t
+        tmp30 = xp.equal(zero2_exp, 1)
+        tmp32 = xp.equal(zero2_non_exp, 1)
+        out = xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp30, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp30), tmp10 + tmp6/xp.maximum(ep, t_exp), xp.where(tmp30, tmp11 + tmp5/xp.maximum(ep, t_exp), 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), tmp21, xp.where(xp.logical_and(tmp22, tmp23), tmp26, xp.where(xp.logical_and(tmp22, tmp24), tmp28, xp.where(tmp22, tmp29, 0)))) + xp.where(xp.logical_and(tmp23, xp.logical_and(tmp24, tmp32)), tmp21 + tmp21/cp, xp.where(xp.logical_and(tmp23, tmp32), tmp26 + tmp26/cp, xp.where(xp.logical_and(tmp24, tmp32), tmp28 + tmp28/cp, xp.where(tmp32, tmp29 + tmp29/cp, 0))))
+        return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
         ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -10406,6 +11364,29 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         float64 array of the arguments' broadcast shape.
     """
     # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 127.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp4 = tmp3/t_exp
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp6/xp.maximum(1, etp)) + tmp5/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp17)
+        tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -10650,6 +11631,29 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 123.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp4 = tmp3/t_exp
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp6/xp.maximum(1, etp)) + tmp5/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp17)
+        tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
@@ -10877,6 +11881,20 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 102.
+    xp = _runtime.namespace((a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+        tmp1 = cp*d
+        tmp2 = xp.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+        tmp3 = h*hff_exp*n_ffMM
+        tmp4 = hff_exp*(n_ffMM - 1)
+        tmp5 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp8 = xp.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+        tmp9 = 4*h
+        tmp10 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
         ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
@@ -11091,6 +12109,30 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 84.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = (tmp5 + tmp8)/t
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = (tmp13 + tmp8)/t
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = (tmp15 + tmp5)/t
+        tmp17 = (tmp13 + tmp15)/t
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -11290,6 +12332,30 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 80.
+    xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = (tmp5 + tmp8)/t
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = (tmp13 + tmp8)/t
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = (tmp15 + tmp5)/t
+        tmp17 = (tmp13 + tmp15)/t
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
+        return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
         ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -11473,6 +12539,17 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
         float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = a*h
+        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+        tmp6 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp5*(2*tmp6 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -11629,6 +12706,17 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
         float64 array of the arguments' broadcast shape.
     """
     # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = a*h
+        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+        tmp6 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = bytes_grad*tmp5*(2*tmp6 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
@@ -11773,6 +12861,15 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         float64 array of the arguments' broadcast shape.
     """
     # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 60.
+    xp = _runtime.namespace((a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
+        tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp2 = a*h
+        tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
         ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
@@ -11958,6 +13055,41 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 124.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = (tmp5 + tmp8)/t
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = (tmp13 + tmp8)/t
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = (tmp15 + tmp5)/t
+        tmp17 = (tmp13 + tmp15)/t
+        tmp18 = xp.equal(zero3_exp, 1)
+        tmp19 = xp.not_equal(n_shared_exp, 0)
+        tmp20 = h*hff_exp*n_ffMM
+        tmp21 = hff_exp*(n_ffMM - 1)
+        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+        tmp24 = h*shared_expert_gate + tmp23
+        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
+        tmp27 = 1/(cp*ep*t_exp)
+        tmp28 = tmp24*tmp27
+        tmp29 = tmp23*tmp27
+        tmp30 = xp.equal(zero2_exp, 1)
+        tmp32 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp30), 0, xp.where(xp.logical_and(tmp19, tmp30), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp30, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))) + xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp32)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp32), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp32), tmp16 + tmp16/cp, xp.where(tmp32, tmp17 + tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -12235,6 +13367,41 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
         float64 array of the arguments' broadcast shape.
     """
     # ops: 108 (SymPy count_ops of the CSE form below); NumPy calls per block: 120.
+    xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = (tmp5 + tmp8)/t
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = (tmp13 + tmp8)/t
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = (tmp15 + tmp5)/t
+        tmp17 = (tmp13 + tmp15)/t
+        tmp18 = xp.equal(zero3_exp, 1)
+        tmp19 = xp.not_equal(n_shared_exp, 0)
+        tmp20 = h*hff_exp*n_ffMM
+        tmp21 = hff_exp*(n_ffMM - 1)
+        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+        tmp24 = h*shared_expert_gate + tmp23
+        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
+        tmp27 = 1/(cp*ep*t_exp)
+        tmp28 = tmp24*tmp27
+        tmp29 = tmp23*tmp27
+        tmp30 = xp.equal(zero2_exp, 1)
+        tmp32 = xp.equal(zero2_non_exp, 1)
+        out = xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp30), 0, xp.where(xp.logical_and(tmp19, tmp30), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp30, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))) + xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp32)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp32), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp32), tmp16 + tmp16/cp, xp.where(tmp32, tmp17 + tmp17/cp, 0))))
+        return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
         ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -12494,6 +13661,30 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 123.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp4 = tmp3/t_exp
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp6/xp.maximum(1, etp)) + tmp5/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = a*h
+        tmp19 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp17)
+        tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -12733,6 +13924,30 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp4 = tmp3/t_exp
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp6/xp.maximum(1, etp)) + tmp5/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = a*h
+        tmp19 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp17)
+        tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
         ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
@@ -12956,6 +14171,21 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 98.
+    xp = _runtime.namespace((a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+        tmp1 = cp*d
+        tmp2 = xp.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+        tmp3 = h*hff_exp*n_ffMM
+        tmp4 = hff_exp*(n_ffMM - 1)
+        tmp5 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp8 = xp.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+        tmp9 = 4*h
+        tmp10 = a*h
+        tmp11 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",
         ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -348,6 +350,12 @@ def stage_tp_dense_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_layer__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -410,6 +418,12 @@ def stage_tp_dense_layer__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_boun
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_layer__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -470,6 +484,12 @@ def stage_tp_dense_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_layer__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -532,6 +552,12 @@ def stage_tp_dense_selective_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_layer__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -596,6 +622,12 @@ def stage_tp_dense_selective_layer__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_layer__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -658,6 +690,12 @@ def stage_tp_dense_selective_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*gather*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_layer__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -720,6 +758,12 @@ def stage_tp_dense_full_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_full_again__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -782,6 +826,12 @@ def stage_tp_dense_full_again__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_full_again__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -842,6 +892,12 @@ def stage_tp_dense_full_again__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_full_again__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -905,6 +961,12 @@ def stage_tp_dense_selective_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_again__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -971,6 +1033,12 @@ def stage_tp_dense_selective_again__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_again__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
@@ -1035,6 +1103,12 @@ def stage_tp_dense_selective_again__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = 0.25*(b*comm_t*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_dense_selective_again__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -1097,6 +1171,12 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, -2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/((cp*cp)*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_layer__d_cp",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -1168,6 +1248,12 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(1 - (ep - 1)/ep)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_layer__d_ep",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -1238,6 +1324,12 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_layer__d_b",
         ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -1305,6 +1397,12 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_layer__d_s",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale"),
@@ -1373,6 +1471,12 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, -2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/((cp*cp)*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_full_again__d_cp",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -1444,6 +1548,12 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(1 - (ep - 1)/ep)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_full_again__d_ep",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -1514,6 +1624,12 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_full_again__d_b",
         ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
@@ -1581,6 +1697,12 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_balanced_full_again__d_s",
         ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale"),
@@ -1647,6 +1769,12 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_layer__d_t",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1712,6 +1840,12 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_layer__d_cp",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1777,6 +1911,12 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_layer__d_b",
         ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1839,6 +1979,12 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_layer__d_s",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1902,6 +2048,12 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_full_again__d_t",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -1968,6 +2120,12 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_full_again__d_cp",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2034,6 +2192,12 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_full_again__d_b",
         ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2097,6 +2261,12 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_full_again__d_s",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2162,6 +2332,12 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_selective_again__d_t",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2232,6 +2408,12 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2301,6 +2483,12 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_selective_again__d_b",
         ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2367,6 +2555,12 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_selective_again__d_s",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2473,6 +2667,30 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
         float64 array of the arguments' broadcast shape.
     """
     # ops: 81 (SymPy count_ops of the CSE form below); NumPy calls per block: 85.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp0 = 1/(t*t)
+        tmp1 = dh*n_kv
+        tmp2 = 0.5*n_attMM
+        tmp3 = 2*n_qknorm
+        tmp4 = h*o_bias
+        tmp5 = a*dh
+        tmp6 = h*tmp5
+        tmp7 = 0.25*n_attMM
+        tmp8 = attn_output_gate + 1
+        tmp9 = qkv_bias*tmp8
+        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp11 = tmp0*(dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))
+        tmp12 = xp.equal(zero3_non_exp, 1)
+        tmp13 = xp.not_equal(dh, 0)
+        tmp15 = n_kv/a
+        tmp16 = (h*h)
+        tmp17 = tmp0*(tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), -tmp11, xp.where(tmp12, -tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), -tmp11 - tmp11/cp, xp.where(tmp19, -tmp17 - tmp17/cp, 0)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_standard_dense_zero_layer__d_t",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -2651,6 +2869,23 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 58 (SymPy count_ops of the CSE form below); NumPy calls per block: 61.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = 1/((cp*cp)*t)
+        tmp9 = xp.equal(zero2_non_exp, 1)
+        tmp10 = h/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp9, xp.not_equal(dh, 0)), -tmp8*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp9, -tmp8*(tmp0*tmp10 + tmp10*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     call = _runtime.Call(
         "stage_dp_standard_dense_zero_layer__d_cp",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp"),
@@ -2772,6 +3007,12 @@ def stage_cp_colossalai_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2837,6 +3078,12 @@ def stage_cp_colossalai_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2905,6 +3152,12 @@ def stage_cp_colossalai_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -2975,6 +3228,12 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_layer__d_t",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3040,6 +3299,12 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_layer__d_cp",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3105,6 +3370,12 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level_bou
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_layer__d_b",
         ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3167,6 +3438,12 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, level_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_layer__d_s",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3230,6 +3507,12 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_full_again__d_t",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3296,6 +3579,12 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_full_again__d_cp",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3362,6 +3651,12 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_full_again__d_b",
         ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3425,6 +3720,12 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_full_again__d_s",
         ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3490,6 +3791,12 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_selective_again__d_t",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3560,6 +3867,12 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3629,6 +3942,12 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp, ga
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_selective_again__d_b",
         ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3695,6 +4014,12 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_selective_again__d_s",
         ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3760,6 +4085,12 @@ def stage_cp_hybrid_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3825,6 +4156,12 @@ def stage_cp_hybrid_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3893,6 +4230,12 @@ def stage_cp_hybrid_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -3966,6 +4309,12 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4041,6 +4390,12 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4116,6 +4471,12 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4187,6 +4548,12 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4259,6 +4626,12 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4335,6 +4708,12 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4411,6 +4790,12 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4483,6 +4868,12 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4557,6 +4948,12 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4637,6 +5034,12 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4717,6 +5120,12 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4793,6 +5202,12 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4869,6 +5284,12 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -4944,6 +5365,12 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5019,6 +5446,12 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5090,6 +5523,12 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5162,6 +5601,12 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5238,6 +5683,12 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5314,6 +5765,12 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5386,6 +5843,12 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5460,6 +5923,12 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5540,6 +6009,12 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5620,6 +6095,12 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5696,6 +6177,12 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5772,6 +6259,12 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5847,6 +6340,12 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5920,6 +6419,12 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -5990,6 +6495,12 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6061,6 +6572,12 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6137,6 +6654,12 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6212,6 +6735,12 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6283,6 +6812,12 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6356,6 +6891,12 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6435,6 +6976,12 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6513,6 +7060,12 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6588,6 +7141,12 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6659,6 +7218,12 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6724,6 +7289,12 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6792,6 +7363,12 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6865,6 +7442,12 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -6940,6 +7523,12 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7013,6 +7602,12 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7083,6 +7678,12 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7154,6 +7755,12 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7230,6 +7837,12 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7305,6 +7918,12 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7376,6 +7995,12 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7449,6 +8074,12 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7528,6 +8159,12 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7606,6 +8243,12 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7681,6 +8324,12 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7752,6 +8401,12 @@ def stage_cp_hybrid_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7817,6 +8472,12 @@ def stage_cp_hybrid_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7885,6 +8546,12 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -7959,6 +8626,12 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8042,6 +8715,12 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8124,6 +8803,12 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8202,6 +8887,12 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8281,6 +8972,12 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8365,6 +9062,12 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8448,6 +9151,12 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8527,6 +9236,12 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8609,6 +9324,12 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8697,6 +9418,12 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 33.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8784,6 +9511,12 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8867,6 +9600,12 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -8950,6 +9689,12 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9033,6 +9778,12 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9115,6 +9866,12 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9193,6 +9950,12 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9272,6 +10035,12 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9356,6 +10125,12 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9439,6 +10214,12 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9518,6 +10299,12 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9600,6 +10387,12 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9688,6 +10481,12 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 33.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9775,6 +10574,12 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9858,6 +10663,12 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -9937,6 +10748,12 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_layer__d_t",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10002,6 +10819,12 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_layer__d_cp",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10067,6 +10890,12 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_layer__d_b",
         ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10129,6 +10958,12 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_layer__d_s",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10192,6 +11027,12 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_full_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10258,6 +11099,12 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10324,6 +11171,12 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_full_again__d_b",
         ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10387,6 +11240,12 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_full_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10452,6 +11311,12 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10522,6 +11387,12 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10591,6 +11462,12 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b",
         ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10657,6 +11534,12 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10722,6 +11605,12 @@ def stage_cp_colossalai_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10787,6 +11676,12 @@ def stage_cp_colossalai_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10855,6 +11750,12 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10925,6 +11826,12 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_layer__d_t",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -10990,6 +11897,12 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_layer__d_cp",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11055,6 +11968,12 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_layer__d_b",
         ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11117,6 +12036,12 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_layer__d_s",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11180,6 +12105,12 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_full_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11246,6 +12177,12 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11312,6 +12249,12 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_full_again__d_b",
         ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11375,6 +12318,12 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_full_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11440,6 +12389,12 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11510,6 +12465,12 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11579,6 +12540,12 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b",
         ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11645,6 +12612,12 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11710,6 +12683,12 @@ def stage_cp_hybrid_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11775,6 +12754,12 @@ def stage_cp_hybrid_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11843,6 +12828,12 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11916,6 +12907,12 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -11991,6 +12988,12 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12066,6 +13069,12 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12137,6 +13146,12 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12209,6 +13224,12 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12285,6 +13306,12 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12361,6 +13388,12 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12433,6 +13466,12 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12507,6 +13546,12 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12587,6 +13632,12 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12667,6 +13718,12 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12743,6 +13800,12 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12819,6 +13882,12 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12894,6 +13963,12 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -12969,6 +14044,12 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13040,6 +14121,12 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13112,6 +14199,12 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13188,6 +14281,12 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13264,6 +14363,12 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13336,6 +14441,12 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13410,6 +14521,12 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13490,6 +14607,12 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13570,6 +14693,12 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13646,6 +14775,12 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13721,6 +14856,12 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_layer__d_t",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13792,6 +14933,12 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_layer__d_cp",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13862,6 +15009,12 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_layer__d_b",
         ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13929,6 +15082,12 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_layer__d_s",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -13997,6 +15156,12 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_full_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14069,6 +15234,12 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_full_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14140,6 +15311,12 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_full_again__d_b",
         ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14208,6 +15385,12 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_full_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14279,6 +15462,12 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_selective_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14354,6 +15543,12 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14429,6 +15624,12 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_selective_again__d_b",
         ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14501,6 +15702,12 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_selective_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14569,6 +15776,12 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14634,6 +15847,12 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14702,6 +15921,12 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14774,6 +15999,12 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_layer__d_t",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14845,6 +16076,12 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_layer__d_cp",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14915,6 +16152,12 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_layer__d_b",
         ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -14982,6 +16225,12 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_layer__d_s",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15050,6 +16299,12 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_full_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15122,6 +16377,12 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_full_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15193,6 +16454,12 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_full_again__d_b",
         ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15261,6 +16528,12 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_full_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15332,6 +16605,12 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_selective_again__d_t",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15407,6 +16686,12 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15482,6 +16767,12 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_selective_again__d_b",
         ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15554,6 +16845,12 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_selective_again__d_s",
         ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15622,6 +16919,12 @@ def stage_cp_hybrid_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_layer__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15687,6 +16990,12 @@ def stage_cp_hybrid_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_full_again__d_t",
         ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15755,6 +17064,12 @@ def stage_cp_hybrid_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_selective_again__d_t",
         ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15830,6 +17145,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15915,6 +17237,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -15999,6 +17328,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16079,6 +17415,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16160,6 +17503,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16246,6 +17596,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16331,6 +17688,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16412,6 +17776,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16496,6 +17867,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16586,6 +17964,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
         float64 array of the arguments' broadcast shape.
     """
     # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16675,6 +18060,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16760,6 +18152,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16845,6 +18244,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_layer__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -16930,6 +18336,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_layer__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17014,6 +18427,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_layer__d_b",
         ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17094,6 +18514,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
         float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_layer__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17175,6 +18602,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_full_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17261,6 +18695,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_full_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17346,6 +18787,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_full_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17427,6 +18875,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_full_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17511,6 +18966,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_selective_again__d_t",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17601,6 +19063,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_selective_again__d_cp",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17690,6 +19159,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_selective_again__d_b",
         ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17775,6 +19251,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
+        tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
+        return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_selective_again__d_s",
         ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
@@ -17855,6 +19338,12 @@ def stage_ep_imbalanced_layer__d_ep(*, bytes_compute, comm_ep, ep, h, level_boun
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(1 - (ep - 1)/ep)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_imbalanced_layer__d_ep",
         ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
@@ -17921,6 +19410,12 @@ def stage_ep_imbalanced_full_again__d_ep(*, bytes_compute, comm_ep, ep, h, level
         float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+        out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(1 - (ep - 1)/ep)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
     call = _runtime.Call(
         "stage_ep_imbalanced_full_again__d_ep",
         ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
@@ -18073,6 +19568,27 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
         float64 array of the arguments' broadcast shape.
     """
     # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 105.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        tmp7 = tmp2 - 1
+        tmp9 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp10 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp11 = cp*d/shard_p_os_non_exp_partial
+        tmp12 = t*tmp11
+        tmp13 = xp.maximum(1, tmp12)
+        tmp14 = tmp13 - 1
+        tmp16 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp17 = 2*bytes_grad*tmp14*tmp16/tmp13
+        tmp18 = xp.where(xp.less(tmp12, 1), 0, tmp11)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp16*tmp18/tmp13 - 2*bytes_grad*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_standard_dense_fsdp_layer__d_t",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -18283,6 +19799,18 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = d*t/shard_p_os_non_exp_partial
+        tmp2 = cp*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        tmp5 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_standard_dense_fsdp_layer__d_cp",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -18449,6 +19977,18 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
         float64 array of the arguments' broadcast shape.
     """
     # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = cp*t/shard_p_os_non_exp_partial
+        tmp2 = d*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        tmp5 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_standard_dense_fsdp_layer__d_d",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -18614,6 +20154,18 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
         float64 array of the arguments' broadcast shape.
     """
     # ops: 70 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp2 = 1/(m*m)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_standard_dense_fsdp_layer__d_m",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -18756,6 +20308,17 @@ def stage_dp_fsdp_untied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, g
         float64 array of the arguments' broadcast shape.
     """
     # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = d*tmp0
+        tmp2 = xp.maximum(1, tmp1)
+        tmp3 = 1/tmp2
+        tmp4 = 1/xp.maximum(1, shard_embed*tmp0)
+        out = 2*bytes_grad*h*score_factor_dp*stage_cost_scale*tmp3*tmp4*v*(1 - comm_dp_overlap)*(-tmp3*(tmp2 - 1) + 1)*xp.where(xp.less(tmp1, 1), 0, tmp0)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/xp.maximum(1, shard_embed*tmp4)
+        return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_untied_embedding__d_d",
         ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -18858,6 +20421,17 @@ def stage_dp_fsdp_untied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = 1/(m*m)
+        tmp4 = xp.maximum(1, d*tmp0)
+        out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp3, 0)/tmp4 - bytes_p*tmp3*(1 - reshards)*(tmp2 - 1))/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_untied_embedding__d_m",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -18977,6 +20551,24 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 62 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = tmp2 - 1
+        tmp6 = bytes_grad + bytes_p*(reshards + (1 - reshards)/m)
+        tmp7 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp8 = cp*d/shard_p_os_non_exp_partial
+        tmp9 = t*tmp8
+        tmp10 = xp.maximum(1, tmp9)
+        tmp11 = tmp10 - 1
+        tmp13 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp14 = 2*bytes_grad*tmp11*tmp13/tmp10
+        tmp15 = xp.where(xp.less(tmp9, 1), 0, tmp8)
+        out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*tmp13*tmp15/tmp10 - 2*bytes_grad*tmp11*tmp13*tmp15/(tmp10*tmp10) - tmp14*tmp7/tmp2 + tmp6*tmp7 - tmp4*tmp6*tmp7/tmp2 - tmp14/t - tmp4*tmp6/t)/(t*tmp2)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_output__d_t",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -19115,6 +20707,15 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
         float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp1 = d*t/shard_p_os_non_exp_partial
+        tmp2 = cp*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(h + 1)*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_output__d_cp",
         ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -19211,6 +20812,15 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
         float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp1 = cp*t/shard_p_os_non_exp_partial
+        tmp2 = d*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(h + 1)*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_output__d_d",
         ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -19306,6 +20916,15 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 36.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp2 = 1/(m*m)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))/(t*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_output__d_m",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -19407,6 +21026,17 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
         float64 array of the arguments' broadcast shape.
     """
     # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = d*tmp0
+        tmp2 = xp.maximum(1, tmp1)
+        tmp3 = 1/tmp2
+        tmp4 = 1/xp.maximum(1, shard_embed*tmp0)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*tmp3*tmp4*(1 - comm_dp_overlap)*(-tmp3*(tmp2 - 1) + 1)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.less(tmp1, 1), 0, tmp0)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/xp.maximum(1, shard_embed*tmp4)
+        return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_tied_embedding__d_d",
         ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -19514,6 +21144,17 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
         float64 array of the arguments' broadcast shape.
     """
     # ops: 37 (SymPy count_ops of the CSE form below); NumPy calls per block: 40.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+        tmp0 = 1/xp.maximum(1, gather_embed)
+        tmp1 = 1/xp.maximum(1, shard_embed*tmp0)
+        tmp2 = xp.maximum(1, shard_embed*tmp1)
+        tmp3 = 1/(m*m)
+        tmp4 = xp.maximum(1, d*tmp0)
+        out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp3, 0)/tmp4 - bytes_p*tmp3*(1 - reshards)*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     call = _runtime.Call(
         "stage_dp_fsdp_tied_embedding__d_m",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
@@ -19616,6 +21257,12 @@ def stage_tp_moe_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_layer__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -19687,6 +21334,12 @@ def stage_tp_moe_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_layer__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -19760,6 +21413,12 @@ def stage_tp_moe_selective_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_selective_layer__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -19833,6 +21492,12 @@ def stage_tp_moe_selective_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*gather*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_selective_layer__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -19906,6 +21571,12 @@ def stage_tp_moe_full_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_full_again__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -19977,6 +21648,12 @@ def stage_tp_moe_full_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_full_again__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -20051,6 +21728,12 @@ def stage_tp_moe_selective_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_selective_again__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
@@ -20126,6 +21809,12 @@ def stage_tp_moe_selective_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
+        out = -0.25*(bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_tp_moe_selective_again__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
@@ -20221,6 +21910,30 @@ def stage_dp_standard_moe_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 77.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp0 = 1/(t*t)
+        tmp1 = dh*n_kv
+        tmp2 = 0.5*n_attMM
+        tmp3 = 2*n_qknorm
+        tmp4 = h*o_bias
+        tmp5 = a*dh
+        tmp6 = h*tmp5
+        tmp7 = 0.25*n_attMM
+        tmp8 = attn_output_gate + 1
+        tmp9 = qkv_bias*tmp8
+        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp11 = tmp0*(dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))
+        tmp12 = xp.equal(zero3_non_exp, 1)
+        tmp13 = xp.not_equal(dh, 0)
+        tmp15 = n_kv/a
+        tmp16 = (h*h)
+        tmp17 = tmp0*(tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), -tmp11, xp.where(tmp12, -tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), -tmp11 - tmp11/cp, xp.where(tmp19, -tmp17 - tmp17/cp, 0)))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_zero_layer__d_t",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -20414,6 +22127,36 @@ def stage_dp_standard_moe_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 96.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = 1/(cp*cp)
+        tmp9 = tmp8/t
+        tmp10 = xp.equal(zero2_non_exp, 1)
+        tmp11 = h/a
+        tmp12 = xp.equal(zero2_exp, 1)
+        tmp13 = xp.not_equal(n_shared_exp, 0)
+        tmp14 = h*hff_exp*n_ffMM
+        tmp15 = hff_exp*(n_ffMM - 1)
+        tmp16 = 1/xp.maximum(1, etp)
+        tmp17 = n_exp*(mlp_bias*(h + tmp15*tmp16) + tmp14*tmp16) + n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
+        tmp18 = h*shared_expert_gate + tmp17
+        tmp19 = xp.where(tmp13, xp.equal(tmp18, 0), xp.equal(tmp17, 0))
+        tmp20 = tmp8/(ep*t_exp)
+        tmp21 = -tmp18*tmp20
+        tmp22 = -tmp17*tmp20
+        tmp23 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.not_equal(dh, 0)), -tmp9*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp10, -tmp9*(tmp0*tmp11 + tmp11*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0)) + xp.where(xp.logical_and(tmp12, tmp19), 0, xp.where(xp.logical_and(tmp12, tmp13), tmp21, xp.where(tmp12, tmp22, 0))) + xp.where(xp.logical_and(tmp19, tmp23), 0, xp.where(xp.logical_and(tmp13, tmp23), tmp21, xp.where(tmp23, tmp22, 0))))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_zero_layer__d_cp",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp"),
@@ -20621,6 +22364,23 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
         float64 array of the arguments' broadcast shape.
     """
     # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp) = _runtime.floats(xp, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
+        tmp0 = xp.equal(zero3_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp8 = 1/(cp*(ep*ep)*t_exp)
+        tmp9 = xp.equal(zero2_exp, 1)
+        tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
+        return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_zero_layer__d_ep",
         ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp"),
@@ -20820,6 +22580,28 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 90 (SymPy count_ops of the CSE form below); NumPy calls per block: 96.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = 4*h
+        tmp5 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        tmp8 = tmp2 - 1
+        tmp10 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp11 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp12 = cp*d/shard_p_os_non_exp_partial
+        tmp13 = t*tmp12
+        tmp14 = xp.maximum(1, tmp13)
+        tmp15 = tmp14 - 1
+        tmp17 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp18 = 2*bytes_grad*tmp15*tmp17/tmp14
+        tmp19 = xp.where(xp.less(tmp13, 1), 0, tmp12)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1))*(2*bytes_grad*tmp17*tmp19/tmp14 - 2*bytes_grad*tmp15*tmp17*tmp19/(tmp14*tmp14) + tmp10*tmp11 - tmp10*tmp11*tmp8/tmp2 - tmp11*tmp18/tmp2 - tmp10*tmp8/t - tmp18/t)/(t*tmp2))
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer__d_t",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -21049,6 +22831,40 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 130 (SymPy count_ops of the CSE form below); NumPy calls per block: 141.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp0 = 1/t_exp
+        tmp1 = 1/xp.maximum(1, shard_p_os_exp_partial*tmp0)
+        tmp2 = d*t_exp/shard_p_os_exp_partial
+        tmp3 = cp*tmp2
+        tmp4 = xp.maximum(1, tmp3)
+        tmp5 = xp.where(xp.less(tmp3, 1), 0, tmp2)
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp9 = 1/ep
+        tmp10 = 1/xp.maximum(1, shard_p_os_exp*tmp0)
+        tmp11 = d_exp*t_exp/shard_p_os_exp
+        tmp12 = cp*tmp11
+        tmp13 = xp.maximum(1, tmp12)
+        tmp14 = xp.where(xp.less(tmp12, 1), 0, tmp11)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6
+        tmp17 = 1/t
+        tmp18 = 1/xp.maximum(1, shard_p_os_non_exp_partial*tmp17)
+        tmp19 = d*t/shard_p_os_non_exp_partial
+        tmp20 = cp*tmp19
+        tmp21 = xp.maximum(1, tmp20)
+        tmp22 = xp.where(xp.less(tmp20, 1), 0, tmp19)
+        tmp23 = 4*h
+        tmp24 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp25 = a*tmp24
+        tmp26 = n_attMM*(h + qkv_bias)
+        tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp27/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp27*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer__d_cp",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -21291,6 +23107,15 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
         float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp2 = hff_exp/xp.maximum(1, etp)
+        tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer__d_ep",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp"),
@@ -21444,6 +23269,30 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 97 (SymPy count_ops of the CSE form below); NumPy calls per block: 106.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp0 = 1/t_exp
+        tmp1 = 1/xp.maximum(1, shard_p_os_exp_partial*tmp0)
+        tmp2 = cp*t_exp/shard_p_os_exp_partial
+        tmp3 = d*tmp2
+        tmp4 = xp.maximum(1, tmp3)
+        tmp5 = xp.where(xp.less(tmp3, 1), 0, tmp2)
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp7 = 1/t
+        tmp8 = 1/xp.maximum(1, shard_p_os_non_exp_partial*tmp7)
+        tmp9 = cp*t/shard_p_os_non_exp_partial
+        tmp10 = d*tmp9
+        tmp11 = xp.maximum(1, tmp10)
+        tmp12 = xp.where(xp.less(tmp10, 1), 0, tmp9)
+        tmp13 = 4*h
+        tmp14 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp15 = a*tmp14
+        tmp16 = n_attMM*(h + qkv_bias)
+        tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp17*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp17*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer__d_d",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -21678,6 +23527,32 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 121.
+    xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = (n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp1)
+        tmp5 = 1/(m*m)
+        tmp6 = bytes_p*tmp5*(1 - reshards)
+        tmp7 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp9 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp))/(ep*t_exp*tmp7)
+        tmp10 = cp*d
+        tmp11 = xp.maximum(1, t_exp*tmp10/shard_p_os_exp_partial)
+        tmp12 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp5, 0)
+        tmp13 = 2*tmp12
+        tmp14 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp16 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp17 = 4*h
+        tmp18 = xp.where(xp.not_equal(dh, 0), dh, h/a)
+        tmp19 = a*tmp18
+        tmp20 = n_attMM*(h + qkv_bias)
+        tmp21 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1))/(t*tmp16)
+        tmp22 = xp.maximum(1, t*tmp10/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(0.5*(tmp12*tmp21*(tmp22 - 1)/tmp22) + tmp13*tmp9*(tmp14 - 1)/tmp14 - 0.25*(tmp21*tmp6*(tmp16 - 1)) - tmp4*tmp6*(tmp1 - 1) - tmp6*tmp9*(tmp7 - 1) + tmp13*tmp4*(tmp11 - 1)/tmp11)
+        return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer__d_m",
         ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -21926,6 +23801,31 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
         float64 array of the arguments' broadcast shape.
     """
     # ops: 90 (SymPy count_ops of the CSE form below); NumPy calls per block: 98.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp0 = 1/(t*t)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*dc_q
+        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = tmp0*(tmp5 + tmp8)
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = tmp0*(tmp13 + tmp8)
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = tmp0*(tmp15 + tmp5)
+        tmp17 = tmp0*(tmp13 + tmp15)
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), -tmp9, xp.where(xp.logical_and(tmp10, tmp11), -tmp14, xp.where(xp.logical_and(tmp10, tmp12), -tmp16, xp.where(tmp10, -tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), -tmp9 - tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), -tmp14 - tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), -tmp16 - tmp16/cp, xp.where(tmp19, -tmp17 - tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_zero_layer__d_t",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -22125,6 +24025,26 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 76.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = 1/((cp*cp)*t)
+        tmp9 = xp.equal(zero2_non_exp, 1)
+        tmp10 = xp.not_equal(dh, 0)
+        tmp11 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp13 = tmp6 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_zero_layer__d_cp",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp"),
@@ -22341,6 +24261,25 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 110.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp5 = tmp2 - 1
+        tmp7 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp8 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp9 = cp*d/shard_p_os_non_exp_partial
+        tmp10 = t*tmp9
+        tmp11 = xp.maximum(1, tmp10)
+        tmp12 = tmp11 - 1
+        tmp14 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp15 = 2*bytes_grad*tmp12*tmp14/tmp11
+        tmp16 = xp.where(xp.less(tmp10, 1), 0, tmp9)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp14*tmp16/tmp11 - 2*bytes_grad*tmp12*tmp14*tmp16/(tmp11*tmp11) - tmp15*tmp8/tmp2 + tmp7*tmp8 - tmp5*tmp7*tmp8/tmp2 - tmp15/t - tmp5*tmp7/t)/(t*tmp2))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_fsdp_layer__d_t",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -22552,6 +24491,16 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
         float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = d*t/shard_p_os_non_exp_partial
+        tmp2 = cp*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_fsdp_layer__d_cp",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -22720,6 +24669,16 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
         float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = cp*t/shard_p_os_non_exp_partial
+        tmp2 = d*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_fsdp_layer__d_d",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -22886,6 +24845,17 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 77.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp0 = 1/(m*m)
+        tmp2 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp2)
+        tmp5 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp4*(2*tmp5 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp0, 0)/tmp5 - bytes_p*tmp0*tmp4*(1 - reshards)*(tmp2 - 1))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_fsdp_layer__d_m",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -23060,6 +25030,31 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 82 (SymPy count_ops of the CSE form below); NumPy calls per block: 90.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp0 = 1/(t*t)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*dc_q
+        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = tmp0*(tmp5 + tmp8)
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = tmp0*(tmp13 + tmp8)
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = tmp0*(tmp15 + tmp5)
+        tmp17 = tmp0*(tmp13 + tmp15)
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), -tmp9, xp.where(xp.logical_and(tmp10, tmp11), -tmp14, xp.where(xp.logical_and(tmp10, tmp12), -tmp16, xp.where(tmp10, -tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), -tmp9 - tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), -tmp14 - tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), -tmp16 - tmp16/cp, xp.where(tmp19, -tmp17 - tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_zero_layer__d_t",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -23274,6 +25269,39 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 103 (SymPy count_ops of the CSE form below); NumPy calls per block: 111.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
+        tmp0 = xp.equal(zero2_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp8 = 1/(cp*cp)
+        tmp9 = tmp8/(ep*t_exp)
+        tmp10 = -tmp6*tmp9
+        tmp11 = -tmp5*tmp9
+        tmp12 = xp.equal(zero3_exp, 1)
+        tmp13 = dc_kv*n_kv
+        tmp14 = a*dc_q
+        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp16 = 0.25*n_attMM
+        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+        tmp18 = 2*dh
+        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp20 = n_qknorm*tmp18 + tmp19
+        tmp21 = tmp8/t
+        tmp22 = xp.equal(zero2_non_exp, 1)
+        tmp23 = xp.not_equal(dh, 0)
+        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+        tmp26 = tmp19 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp"),
@@ -23500,6 +25528,23 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp) = _runtime.floats(xp, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
+        tmp0 = xp.equal(zero3_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp8 = 1/(cp*(ep*ep)*t_exp)
+        tmp9 = xp.equal(zero2_exp, 1)
+        tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
+        return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_zero_layer__d_ep",
         ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp"),
@@ -23687,6 +25732,26 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 93 (SymPy count_ops of the CSE form below); NumPy calls per block: 101.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = 4*h
+        tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp6 = tmp2 - 1
+        tmp8 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp9 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp10 = cp*d/shard_p_os_non_exp_partial
+        tmp11 = t*tmp10
+        tmp12 = xp.maximum(1, tmp11)
+        tmp13 = tmp12 - 1
+        tmp15 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp16 = 2*bytes_grad*tmp13*tmp15/tmp12
+        tmp17 = xp.where(xp.less(tmp11, 1), 0, tmp10)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))*(2*bytes_grad*tmp15*tmp17/tmp12 - 2*bytes_grad*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer__d_t",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -23917,6 +25982,38 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 133 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp0 = 1/t_exp
+        tmp1 = 1/xp.maximum(1, shard_p_os_exp_partial*tmp0)
+        tmp2 = d*t_exp/shard_p_os_exp_partial
+        tmp3 = cp*tmp2
+        tmp4 = xp.maximum(1, tmp3)
+        tmp5 = xp.where(xp.less(tmp3, 1), 0, tmp2)
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp9 = 1/ep
+        tmp10 = 1/xp.maximum(1, shard_p_os_exp*tmp0)
+        tmp11 = d_exp*t_exp/shard_p_os_exp
+        tmp12 = cp*tmp11
+        tmp13 = xp.maximum(1, tmp12)
+        tmp14 = xp.where(xp.less(tmp12, 1), 0, tmp11)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6
+        tmp17 = 1/t
+        tmp18 = 1/xp.maximum(1, shard_p_os_non_exp_partial*tmp17)
+        tmp19 = d*t/shard_p_os_non_exp_partial
+        tmp20 = cp*tmp19
+        tmp21 = xp.maximum(1, tmp20)
+        tmp22 = xp.where(xp.less(tmp20, 1), 0, tmp19)
+        tmp23 = 4*h
+        tmp24 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp25/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp25*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer__d_cp",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -24162,6 +26259,15 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
         float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp2 = hff_exp/xp.maximum(1, etp)
+        tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer__d_ep",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp"),
@@ -24311,6 +26417,28 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 111.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp0 = 1/t_exp
+        tmp1 = 1/xp.maximum(1, shard_p_os_exp_partial*tmp0)
+        tmp2 = cp*t_exp/shard_p_os_exp_partial
+        tmp3 = d*tmp2
+        tmp4 = xp.maximum(1, tmp3)
+        tmp5 = xp.where(xp.less(tmp3, 1), 0, tmp2)
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp7 = 1/t
+        tmp8 = 1/xp.maximum(1, shard_p_os_non_exp_partial*tmp7)
+        tmp9 = cp*t/shard_p_os_non_exp_partial
+        tmp10 = d*tmp9
+        tmp11 = xp.maximum(1, tmp10)
+        tmp12 = xp.where(xp.less(tmp10, 1), 0, tmp9)
+        tmp13 = 4*h
+        tmp14 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp15*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp15*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer__d_d",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -24545,6 +26673,30 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 119 (SymPy count_ops of the CSE form below); NumPy calls per block: 126.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = (n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp5 = 1/(m*m)
+        tmp6 = bytes_p*tmp5*(1 - reshards)
+        tmp7 = tmp6/t_exp
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp5, 0)
+        tmp14 = tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp17)
+        tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 - tmp19*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) + tmp14*tmp4*(2*tmp12 - 2)/tmp12)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer__d_m",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -24791,6 +26943,31 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
         float64 array of the arguments' broadcast shape.
     """
     # ops: 86 (SymPy count_ops of the CSE form below); NumPy calls per block: 94.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp0 = 1/(t*t)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = tmp0*(tmp5 + tmp8)
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = tmp0*(tmp13 + tmp8)
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = tmp0*(tmp15 + tmp5)
+        tmp17 = tmp0*(tmp13 + tmp15)
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), -tmp9, xp.where(xp.logical_and(tmp10, tmp11), -tmp14, xp.where(xp.logical_and(tmp10, tmp12), -tmp16, xp.where(tmp10, -tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), -tmp9 - tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), -tmp14 - tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), -tmp16 - tmp16/cp, xp.where(tmp19, -tmp17 - tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_zero_layer__d_t",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -24984,6 +27161,26 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 72.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = 1/((cp*cp)*t)
+        tmp9 = xp.equal(zero2_non_exp, 1)
+        tmp10 = xp.not_equal(dh, 0)
+        tmp11 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp13 = tmp6 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_zero_layer__d_cp",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp"),
@@ -25193,6 +27390,26 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 98 (SymPy count_ops of the CSE form below); NumPy calls per block: 106.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = a*h
+        tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp6 = tmp2 - 1
+        tmp8 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp9 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp10 = cp*d/shard_p_os_non_exp_partial
+        tmp11 = t*tmp10
+        tmp12 = xp.maximum(1, tmp11)
+        tmp13 = tmp12 - 1
+        tmp15 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp16 = 2*bytes_grad*tmp13*tmp15/tmp12
+        tmp17 = xp.where(xp.less(tmp11, 1), 0, tmp10)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp15*tmp17/tmp12 - 2*bytes_grad*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_fsdp_layer__d_t",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -25400,6 +27617,17 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
         float64 array of the arguments' broadcast shape.
     """
     # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 71.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = d*t/shard_p_os_non_exp_partial
+        tmp2 = cp*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        tmp5 = a*h
+        tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_fsdp_layer__d_cp",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -25563,6 +27791,17 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
         float64 array of the arguments' broadcast shape.
     """
     # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 71.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = cp*t/shard_p_os_non_exp_partial
+        tmp2 = d*tmp1
+        tmp3 = xp.maximum(1, tmp2)
+        tmp5 = a*h
+        tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_fsdp_layer__d_d",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -25724,6 +27963,18 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp0 = 1/(m*m)
+        tmp2 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp3 = a*h
+        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp2)
+        tmp6 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp5*(2*tmp6 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp0, 0)/tmp6 - bytes_p*tmp0*tmp5*(1 - reshards)*(tmp2 - 1))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_fsdp_layer__d_m",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -25892,6 +28143,31 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 78 (SymPy count_ops of the CSE form below); NumPy calls per block: 86.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+        tmp0 = 1/(t*t)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = tmp0*(tmp5 + tmp8)
+        tmp10 = xp.equal(zero3_non_exp, 1)
+        tmp11 = xp.not_equal(dh, 0)
+        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp14 = tmp0*(tmp13 + tmp8)
+        tmp15 = tmp7 + 2*h*n_qknorm/a
+        tmp16 = tmp0*(tmp15 + tmp5)
+        tmp17 = tmp0*(tmp13 + tmp15)
+        tmp19 = xp.equal(zero2_non_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), -tmp9, xp.where(xp.logical_and(tmp10, tmp11), -tmp14, xp.where(xp.logical_and(tmp10, tmp12), -tmp16, xp.where(tmp10, -tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), -tmp9 - tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), -tmp14 - tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), -tmp16 - tmp16/cp, xp.where(tmp19, -tmp17 - tmp17/cp, 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_zero_layer__d_t",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -26100,6 +28376,39 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 107.
+    xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
+        tmp0 = xp.equal(zero2_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp8 = 1/(cp*cp)
+        tmp9 = tmp8/(ep*t_exp)
+        tmp10 = -tmp6*tmp9
+        tmp11 = -tmp5*tmp9
+        tmp12 = xp.equal(zero3_exp, 1)
+        tmp13 = dc_kv*n_kv
+        tmp14 = a*h
+        tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
+        tmp16 = 0.25*n_attMM
+        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+        tmp18 = 2*dh
+        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp20 = n_qknorm*tmp18 + tmp19
+        tmp21 = tmp8/t
+        tmp22 = xp.equal(zero2_non_exp, 1)
+        tmp23 = xp.not_equal(dh, 0)
+        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+        tmp26 = tmp19 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
+        return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp"),
@@ -26322,6 +28631,23 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
         float64 array of the arguments' broadcast shape.
     """
     # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp) = _runtime.floats(xp, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
+        tmp0 = xp.equal(zero3_exp, 1)
+        tmp1 = xp.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp6 = h*shared_expert_gate + tmp5
+        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
+        tmp8 = 1/(cp*(ep*ep)*t_exp)
+        tmp9 = xp.equal(zero2_exp, 1)
+        tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
+        return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_zero_layer__d_ep",
         ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp"),
@@ -26507,6 +28833,27 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 97.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+        tmp1 = shard_p_os_non_exp_partial/t
+        tmp2 = xp.maximum(1, tmp1)
+        tmp4 = 4*h
+        tmp5 = a*h
+        tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp7 = tmp2 - 1
+        tmp9 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+        tmp10 = xp.where(xp.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t))
+        tmp11 = cp*d/shard_p_os_non_exp_partial
+        tmp12 = t*tmp11
+        tmp13 = xp.maximum(1, tmp12)
+        tmp14 = tmp13 - 1
+        tmp16 = xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        tmp17 = 2*bytes_grad*tmp14*tmp16/tmp13
+        tmp18 = xp.where(xp.less(tmp12, 1), 0, tmp11)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + n_exp*tmp4 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))*(2*bytes_grad*tmp16*tmp18/tmp13 - 2*bytes_grad*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2))
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer__d_t",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
@@ -26732,6 +29079,39 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
         float64 array of the arguments' broadcast shape.
     """
     # ops: 129 (SymPy count_ops of the CSE form below); NumPy calls per block: 142.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp0 = 1/t_exp
+        tmp1 = 1/xp.maximum(1, shard_p_os_exp_partial*tmp0)
+        tmp2 = d*t_exp/shard_p_os_exp_partial
+        tmp3 = cp*tmp2
+        tmp4 = xp.maximum(1, tmp3)
+        tmp5 = xp.where(xp.less(tmp3, 1), 0, tmp2)
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp9 = 1/ep
+        tmp10 = 1/xp.maximum(1, shard_p_os_exp*tmp0)
+        tmp11 = d_exp*t_exp/shard_p_os_exp
+        tmp12 = cp*tmp11
+        tmp13 = xp.maximum(1, tmp12)
+        tmp14 = xp.where(xp.less(tmp12, 1), 0, tmp11)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6
+        tmp17 = 1/t
+        tmp18 = 1/xp.maximum(1, shard_p_os_non_exp_partial*tmp17)
+        tmp19 = d*t/shard_p_os_non_exp_partial
+        tmp20 = cp*tmp19
+        tmp21 = xp.maximum(1, tmp20)
+        tmp22 = xp.where(xp.less(tmp20, 1), 0, tmp19)
+        tmp23 = 4*h
+        tmp24 = a*h
+        tmp25 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp26 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp25) + dc_kv + dh*tmp24 + h*(dc_kv + dhr) + tmp24*(dhr + tmp25)) + n_exp*tmp23 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp26/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp26*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer__d_cp",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -26974,6 +29354,15 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
         float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp2 = hff_exp/xp.maximum(1, etp)
+        tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
+        return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer__d_ep",
         ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp"),
@@ -27122,6 +29511,29 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
         float64 array of the arguments' broadcast shape.
     """
     # ops: 96 (SymPy count_ops of the CSE form below); NumPy calls per block: 107.
+    xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp0 = 1/t_exp
+        tmp1 = 1/xp.maximum(1, shard_p_os_exp_partial*tmp0)
+        tmp2 = cp*t_exp/shard_p_os_exp_partial
+        tmp3 = d*tmp2
+        tmp4 = xp.maximum(1, tmp3)
+        tmp5 = xp.where(xp.less(tmp3, 1), 0, tmp2)
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp7 = 1/t
+        tmp8 = 1/xp.maximum(1, shard_p_os_non_exp_partial*tmp7)
+        tmp9 = cp*t/shard_p_os_non_exp_partial
+        tmp10 = d*tmp9
+        tmp11 = xp.maximum(1, tmp10)
+        tmp12 = xp.where(xp.less(tmp10, 1), 0, tmp9)
+        tmp13 = 4*h
+        tmp14 = a*h
+        tmp15 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp16 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp15) + dc_kv + dh*tmp14 + h*(dc_kv + dhr) + tmp14*(dhr + tmp15)) + n_exp*tmp13 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
+        out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp16*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp16*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer__d_d",
         ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
@@ -27351,6 +29763,31 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
         float64 array of the arguments' broadcast shape.
     """
     # ops: 115 (SymPy count_ops of the CSE form below); NumPy calls per block: 122.
+    xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+        tmp1 = xp.maximum(1, shard_p_os_exp_partial/t_exp)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        tmp4 = (n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1
+        tmp5 = 1/(m*m)
+        tmp6 = bytes_p*tmp5*(1 - reshards)
+        tmp7 = tmp6/t_exp
+        tmp8 = xp.maximum(1, shard_p_os_exp/t_exp)
+        tmp10 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp))/(ep*tmp8)
+        tmp11 = cp*d
+        tmp12 = xp.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+        tmp13 = bytes_grad*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp5, 0)
+        tmp14 = tmp13/t_exp
+        tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+        tmp17 = xp.maximum(1, shard_p_os_non_exp_partial/t)
+        tmp18 = a*h
+        tmp19 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp17)
+        tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 - tmp20*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) + tmp14*tmp4*(2*tmp12 - 2)/tmp12)
+        return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer__d_m",
         ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),

@@ -7,7 +7,9 @@
 Each function takes keyword-only arguments, numbers or arrays that broadcast
 together, and returns a float64 array of their broadcast shape. The comment
 above each group of statements is the CSE temporary (or the result) they
-compute, as one NumPy expression.
+compute, as one NumPy expression. Arrays of another array-API library (JAX,
+CuPy, …) take the plain path above the blocks instead and come back as that
+library's arrays (see ``_runtime.namespace``).
 """
 
 import numpy
@@ -51,6 +53,12 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    xp = _runtime.namespace((b, comm_t, cp, h, hff, mb, n_gather, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, cp, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, mb, n_gather, s))
+        out = 0.25*(b*comm_t*mb*n_gather*s*(h + hff)/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, mb, n_gather, s))
     call = _runtime.Call(
         "tp_dense_layer_elements",
         ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
@@ -99,6 +107,12 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
         float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    xp = _runtime.namespace((b, comm_t, cp, gather, h, hff, mb, n_gather, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, comm_t, cp, gather, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
+        out = 0.25*(b*comm_t*gather*mb*n_gather*s*(h + hff)/cp)
+        return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
     call = _runtime.Call(
         "tp_dense_selective_layer_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s"),
@@ -151,6 +165,12 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
         float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+        out = 0.25*(bytes_compute*comm_t*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     call = _runtime.Call(
         "tp_moe_layer_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
@@ -208,6 +228,12 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
         float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+        out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
+        return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     call = _runtime.Call(
         "tp_moe_selective_layer_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
@@ -257,6 +283,12 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    xp = _runtime.namespace((b, bytes_compute, h, s, t))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, h, s, t) = _runtime.floats(xp, (b, bytes_compute, h, s, t))
+        out = b*bytes_compute*h*s*xp.where(xp.greater_equal(t, 8), 0.6875, 1)
+        return _runtime.broadcast(xp, out, (b, bytes_compute, h, s, t))
     call = _runtime.Call(
         "tp_legacy_gather_bytes",
         ("b", "bytes_compute", "h", "s", "t"),
@@ -301,6 +333,12 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
         float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    xp = _runtime.namespace((b, bytes_compute, d, ep, h, s))
+    if xp is not None:
+        # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
+        (b, bytes_compute, d, ep, h, s) = _runtime.floats(xp, (b, bytes_compute, d, ep, h, s))
+        out = 1.5*(b*bytes_compute*ep*h*s/d)
+        return _runtime.broadcast(xp, out, (b, bytes_compute, d, ep, h, s))
     call = _runtime.Call(
         "tp_legacy_exp_gather_bytes",
         ("b", "bytes_compute", "d", "ep", "h", "s"),

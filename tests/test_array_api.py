@@ -1,0 +1,73 @@
+"""The NumPy target on other array-API libraries: the plain path (no ``out=``) gives the same numbers.
+
+On NumPy itself the path is forced (NumPy 2 is an array-API namespace); on
+JAX (CPU, float64) it is taken because the arguments are JAX arrays, and
+JAX arrays come out. JAX tests skip when JAX is not installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import generated
+import generated._runtime as runtime
+from symbolic import registry
+from conftest import assert_close
+from test_generated import valid_values
+
+#: Plain whole-array expressions against the blocked in-place statements: the same operations in
+#: another order, so they agree to rounding.
+RTOL = 1e-12
+
+NAMES = list(registry.FORMULAS)
+
+
+def test_plain_path_on_numpy_agrees_with_the_in_place_path(monkeypatch):
+    values = {name: valid_values(registry.get(name).arguments, 300, seed=29) for name in NAMES}
+    with np.errstate(all="ignore"):
+        want = {name: getattr(generated, name)(**values[name]) for name in NAMES}
+    taken = []
+
+    def numpy_namespace(args):
+        taken.append(True)
+        return np
+
+    monkeypatch.setattr(runtime, "namespace", numpy_namespace)
+    for name in NAMES:
+        with np.errstate(all="ignore"):
+            got = getattr(generated, name)(**values[name])
+        assert got.shape == want[name].shape, name
+        assert_close(got, want[name], rtol=RTOL, atol=0.0)
+    assert len(taken) == sum(1 for n in NAMES if registry.get(n).arguments)
+
+
+def test_numpy_values_never_take_the_plain_path():
+    assert runtime.namespace((1, 2.5, np.float64(3), np.ones(3), [1.0, 2.0], (3.0,))) is None
+
+
+@pytest.fixture(scope="module")
+def jax_numpy():
+    jax = pytest.importorskip("jax", reason="JAX is not installed: the array-API test on JAX (CPU) is skipped")
+    with jax.enable_x64(True):
+        yield pytest.importorskip("jax.numpy")
+
+
+@pytest.mark.parametrize("name", ["cp_ulysses_mla_traffic_bytes", "cp_record_gqa_kv_dim_elements",
+                                  "cp_ring_gqa_record_exposed_comm_time_ms", "fsdp_tied_embedding_traffic_bytes"])
+def test_jax_arrays_in_jax_arrays_out(jax_numpy, name):
+    values = valid_values(registry.get(name).arguments, 500, seed=31)
+    first = min(values)
+    values[first] = values[first][0]  # a Python number among the JAX arrays
+    want = getattr(generated, name)(**values)
+    jax_values = {k: (v if k == first else jax_numpy.asarray(v)) for k, v in values.items()}
+    got = getattr(generated, name)(**jax_values)
+    assert type(got).__module__.startswith("jax"), type(got)
+    assert got.dtype == jax_numpy.float64 and got.shape == want.shape
+    assert_close(np.asarray(got), want, rtol=RTOL, atol=0.0)
+
+
+def test_jax_integer_arrays_become_floats(jax_numpy):
+    got = generated.cp_ring_mha_traffic_bytes(b=jax_numpy.asarray([1, 2]), bytes_compute=2, cp=2, h=8, s=4, t=1)
+    assert got.dtype == jax_numpy.float64
+    assert_close(np.asarray(got), [128.0, 256.0])
