@@ -34,8 +34,8 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
 
     Unit: score.
 
-    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation),
-    FORMULAS.md §9
+    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
+    docs/model.md, 'Level score'
 
     Args:
         comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
@@ -83,8 +83,8 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
 
     Unit: score.
 
-    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation),
-    FORMULAS.md §9
+    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
+    docs/model.md, 'Level score'
 
     Args:
         comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
@@ -140,8 +140,8 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
 
     Unit: score.
 
-    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation),
-    FORMULAS.md §9
+    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
+    docs/model.md, 'Level score'
 
     Args:
         comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)

@@ -41,7 +41,7 @@ def kv_width(attention: Attention) -> sympy.Expr:
     """Width W of each of K and V per TP rank, in elements (``compute_kv_dim``).
 
     * MHA: ``h / t'``.
-    * GQA: ``min(n_kv or a, a) · dh / t'`` — raw ``dh``, no h/a fallback (FORMULAS.md §10 item 22).
+    * GQA: ``min(n_kv or a, a) · dh / t'`` — raw ``dh``, no h/a fallback (docs/model.md, oddity 22).
     * MQA: GQA with one K/V head: ``dh / t'``.
     * MLA: ``n_kv · (2 dh + dhr) / (2 t')``, the mean of key (dh + dhr) and value (dh) widths.
     """

@@ -2,12 +2,12 @@
 
 Restates ``cp_traffic``, ``_cp_resolve_topology`` and ``cp_comm_layer_detailed``
 of HyperParallel SAPP-ND ``perf_estimation/comm_time.py`` (printout lines
-58–207; FORMULAS.md §3–§5). The algorithm and the attention type are resolved
+58–207; docs/formulas.md, "Context parallelism (CP)"). The algorithm and the attention type are resolved
 here in Python (``resolve_algorithm``, ``attention.detect_attention``) and each
 variant gets its own expression; only numeric conditions (``cp ≤ 1``,
 ``cp ≤ device_per_node``, ``dh = 0``) stay inside as ``Piecewise``.
 
-Oddities kept (FORMULAS.md §10 items 7, 9, 10, 22):
+Oddities kept (docs/model.md, oddities 7, 9, 10, 22):
 
 * the ring record counts K+V at a fixed 4 bytes while ``cp_traffic`` uses
   ``bytes_compute``; the Ulysses record counts ``s·b·(a/t)·dh·2`` elements with

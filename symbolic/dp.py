@@ -1,12 +1,12 @@
 """Data parallelism per layer: ``EvalLayerComm.dp_comm_layer`` (ZeRO-2/3-like sharding, no FSDP).
 
 Restates the published ``EvalLayerComm.dp_comm_non_exp``, ``dp_comm_exp`` and
-``dp_comm_layer`` (FORMULAS.md §7 "DP"). The volumes are over the layer's
+``dp_comm_layer`` (docs/formulas.md, "DP"). The volumes are over the layer's
 parameter counts ``P_ne``, ``P_r``, ``P_s`` (``params.layer_counts``), so a
 caller may evaluate them from numbers or substitute the count expressions
 (``with_param_counts``) to get one expression in model symbols.
 
-**Unit: parameter counts, no bytes** (FORMULAS.md §10 item 11): the stage
+**Unit: parameter counts, no bytes** (docs/model.md, oddity 11): the stage
 walk adds this to byte volumes of TP (MoE), EP and CP.
 
 The DP levels ``comm_d_non_exp`` and ``comm_d_exp`` are *variant keys*,
@@ -19,7 +19,7 @@ not read ``cp``, level 0 reads nothing), which a ``Piecewise`` would still
 have to evaluate. Whether the layer has experts (dense vs MoE) is resolved in
 Python too; the original's ``P_r + P_s = 0`` guard stays a numeric condition.
 
-Oddity kept (FORMULAS.md §10 item 20): non-expert level 2 divides by ``cp``
+Oddity kept (docs/model.md, oddity 20): non-expert level 2 divides by ``cp``
 in one of its two terms only, ``P_ne/(cp·t) + P_ne/t``.
 """
 

@@ -1,7 +1,7 @@
 """Expert parallelism per layer: ``EvalLayerComm.ep_comm_layer`` (balanced and imbalanced routing).
 
 Restates the published ``EvalLayerComm.ep_comm_layer``,
-``ep_comm_layer_balanced`` and ``ep_comm_layer_imbalanced`` (FORMULAS.md §7
+``ep_comm_layer_balanced`` and ``ep_comm_layer_imbalanced`` (docs/formulas.md
 "EP"), called by ``comm_time.py`` lines 503, 605-607 with ``mb = 1``.
 
 A rank dispatches its routed tokens to the experts' ranks and combines the
@@ -20,7 +20,7 @@ Which one applies is resolved in Python (``routing``), as the original
 decides it: ``tokens_per_expert`` that is empty, or ``ep`` that does not
 divide ``n_exp``, falls back to balanced. An unset ``tokens_per_expert``
 reads 0, which is "not None": the imbalanced branch is entered and falls
-back at once (FORMULAS.md §10 item 17). The volume does not depend on the
+back at once (docs/model.md, oddity 17). The volume does not depend on the
 layer node, so embedding and output layers are charged it in full like a
 body layer (§10 item 15). The guard ``ep ≤ 1 or comm_ep = 0 →
 0`` is numeric and stays in the expression.

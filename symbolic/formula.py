@@ -12,7 +12,7 @@ from .symbols import SPECS
 __all__ = ["Formula", "UNITS", "DIMENSIONS"]
 
 #: Units a formula may state. "params" is a parameter count; "mixed" marks the
-#: original's sums of quantities in different units (FORMULAS.md §10 item 11).
+#: original's sums of quantities in different units (docs/model.md, oddity 11).
 #: "derivative" is a formula's unit per unit of one symbol (symbolic.sensitivity).
 UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative"})
 

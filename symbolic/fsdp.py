@@ -1,6 +1,6 @@
 """Fully sharded data parallelism (FSDP): traffic of a part, a layer's and the root's parts, the rounds.
 
-Restates, from HyperParallel SAPP-ND (FORMULAS.md §7 "FSDP"):
+Restates, from HyperParallel SAPP-ND (docs/formulas.md, "FSDP"):
 
 * ``EvalLayerComm.fsdp_traffic`` and ``EvalLayerComm.fsdp_layer_parts`` —
   published version of ``memory_estimation/evaluators/comm.py``;
@@ -27,7 +27,7 @@ The switches of the original (``reshards``, ``shard_spans_cp``,
 ``tie_emb_out``) are resolved in Python before an expression is built; only
 numeric conditions (``shard > t · param_cp``, ``p ≤ 1``) stay inside.
 
-Oddities kept (FORMULAS.md §10 item 19): without resharding a layer is
+Oddities kept (docs/model.md, oddity 19): without resharding a layer is
 gathered ``1/m`` times per micro-batch (once a step); copies of a shard
 all-reduce once per micro-batch unless the non-expert shard is wider than
 ``t · param_cp`` — "a HyperParallel shard no wider than CP read as none".

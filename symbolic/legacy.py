@@ -2,9 +2,9 @@
 
 Restates ``fill_dp_table``, ``fill_tp_table``, ``fill_ep_table``,
 ``dp_ratio`` and ``comm_embed_ouput`` (the original's spelling) of
-``perf_estimation/comm_time.py`` (printout lines 210-309; FORMULAS.md §6).
+``perf_estimation/comm_time.py`` (printout lines 210-309; docs/formulas.md).
 Nothing in the live stage walk reads them: their only caller,
-``estimate_op_bulk_comm_layer``, cannot run (FORMULAS.md §10 item 3).
+``estimate_op_bulk_comm_layer``, cannot run (docs/model.md, oddity 3).
 
 Oddities kept, each in the formula where it lives:
 

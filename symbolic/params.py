@@ -3,7 +3,7 @@
 Restates the published ``EvalBody.num_params_layer`` and the block counts it
 sums (``EvalAttn.num_params_attn`` / ``num_params_mla``, ``EvalNorm.num_params_norm``,
 ``EvalFFn.num_params_ffn`` / ``num_params_router`` / ``num_params_routed_expert`` /
-``num_params_shared_expert``; FORMULAS.md §7 "Parameter counts"). The unit is
+``num_params_shared_expert``; docs/formulas.md, "Parameter counts"). The unit is
 a parameter count (no bytes).
 
 Variants resolved in Python before an expression is built:
@@ -21,7 +21,7 @@ width ``dh or h/a``, the MLA key width ``qk_nope_head_dim or dh``, the expert
 slice ``hff_exp / max(etp, 1)``, the shared-expert gate only where
 ``n_shared_exp ≠ 0``.
 
-Oddity kept (FORMULAS.md §10 item 17): the original reads "unstated" as
+Oddity kept (docs/model.md, oddity 17): the original reads "unstated" as
 ``getattr(cfg, name, None) is None`` and then counts a bias of width ``h``
 per projection, ``n_ffMM·w`` per FFN, and ``2·n_normOp`` norm vectors. Its
 config hands out 0 for any unset field, so that branch never runs: an

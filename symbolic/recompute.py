@@ -1,7 +1,7 @@
 """Traffic a recomputed layer moves again: ``_recomputed_comm`` → [TP, EP, CP].
 
 Restates ``_recomputed_comm`` of ``perf_estimation/comm_time.py`` (printout
-lines 488-515; FORMULAS.md §7 "Recompute again"). The original prices the
+lines 488-515; docs/formulas.md, "Recompute again"). The original prices the
 layer at ``NOT_REC_LAYER`` ("plain") and, for a selective layer, subtracts
 the same prices at ``SEL_REC_LAYER``; it calls the TP and EP volumes with
 ``mb = 1`` (lines 502-503), so the expressions here have ``mb`` set to 1:
@@ -17,9 +17,9 @@ the same prices at ``SEL_REC_LAYER``; it calls the TP and EP volumes with
 The layer kind, the TP variant (dense/MoE), the EP routing and the CP
 variant (algorithm, attention, linear layer) are resolved in Python; each
 component is then one expression. **Units follow the components**
-(FORMULAS.md §10 item 11): dense TP in elements, MoE TP, EP and CP in bytes.
+(docs/model.md, oddity 11): dense TP in elements, MoE TP, EP and CP in bytes.
 
-Oddity kept (FORMULAS.md §10 item 18): for a selective layer the EP
+Oddity kept (docs/model.md, oddity 18): for a selective layer the EP
 difference is always 0 (EP does not depend on the node), and CP counts half
 the traffic times ``1 − gather``.
 """

@@ -1,7 +1,7 @@
 """The level score ``estimate_comm_score``: a volume priced over the levels of a device hierarchy.
 
 Restates ``estimate_comm_score(cfg, V, dim, overlap, device)`` (published
-version of HyperParallel SAPP-ND's time model; FORMULAS.md §9). The planner
+version of HyperParallel SAPP-ND's time model; docs/model.md, "Level score"). The planner
 places the ranks of each parallel dimension on the levels of the hierarchy
 (inside a node, across nodes, …) greedily; ``A_l`` is how many ranks of the
 scored dimension land at level ``l``. That step is integer bookkeeping and is
@@ -12,7 +12,7 @@ done numerically (``codegen.pricing.levels``); given it, the score is::
 with ``devices_below(0) = 1`` and ``devices_below(l)`` the product of the
 bounds of the levels below ``l`` (here ``level_bound_0 · … · level_bound_{l−1}``).
 
-Unit: "score". It is **not** a time in any unit (FORMULAS.md §10 item 12): it
+Unit: "score". It is **not** a time in any unit (docs/model.md, oddity 12): it
 multiplies by the devices below a level instead of dividing, takes bandwidths
 as bare GB/s numbers (no 10⁹), and ignores latency — the original's own
 "Follow-up" comment admits as much (comm_time.py lines 653-654). It is the
@@ -35,7 +35,7 @@ comm_volume, overlap = syms("comm_volume", "overlap")
 #: Hierarchy depths with declared per-level symbols (A2 has 2 levels, A3 has 3).
 MAX_LEVELS = 3
 
-SOURCE = "published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation), FORMULAS.md §9"
+SOURCE = "published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation); docs/model.md, 'Level score'"
 
 
 def _devices_below(level: int) -> sympy.Expr:

@@ -2,7 +2,7 @@
 
 This module is the glossary: the only place a ``sympy.Symbol`` of the model is
 created. Names are the original HyperParallel SAPP-ND config field names
-(``../shared/FORMULAS.md`` §1), so that a formula reads like the planner's own
+(docs/model.md, "Config fields"), so that a formula reads like the planner's own
 code and a reference case's inputs bind to arguments by name.
 
 Assumptions state what holds for every *valid* configuration:
@@ -68,7 +68,7 @@ _KINDS = {
     "nonnegative": {"nonnegative": True},
 }
 
-# (name, kind, unit, meaning). Grouped as in FORMULAS.md §1.
+# (name, kind, unit, meaning). Grouped as in docs/model.md, "Config fields".
 _TABLE: tuple[tuple[str, str, str, str], ...] = (
     # Shapes of one micro-batch.
     ("s", "positive_integer", "tokens", "sequence length: tokens per sample"),
@@ -150,7 +150,7 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("bw_intra", "positive", "GB/s", "intra-node bandwidth seen by CP"),
     ("bw_inter", "positive", "GB/s", "inter-node bandwidth seen by CP"),
     ("device_intra_node_num", "positive_integer", "devices", "devices per node of the device type (D)"),
-    # FSDP: one part (N, c, k, g) of a layer's or the root's parameters, and the rounds (FORMULAS.md §7).
+    # FSDP: one part (N, c, k, g) of a layer's or the root's parameters, and the rounds (docs/formulas.md).
     ("part_size", "nonnegative", "params", "parameters of one FSDP part (N)"),
     ("part_computed", "nonnegative", "ranks", "ranks one FSDP part is computed over, its TP width (c)"),
     ("part_sharded", "nonnegative", "ranks", "ranks one FSDP part is sharded over (k)"),
@@ -160,7 +160,7 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("P_ne", "nonnegative", "params", "non-expert parameters of one layer (num_params_layer[0])"),
     ("P_r", "nonnegative", "params", "routed-expert parameters of one layer (num_params_layer[1])"),
     ("P_s", "nonnegative", "params", "shared-expert parameters of one layer (num_params_layer[2])"),
-    # Level score (estimate_comm_score, FORMULAS.md §9): level l of the device hierarchy.
+    # Level score (estimate_comm_score, docs/model.md, "Level score"): level l of the device hierarchy.
     ("comm_volume", "nonnegative", "mixed", "volume of one dimension handed to estimate_comm_score (bytes or params)"),
     ("overlap", "nonnegative", "1", "fraction of the scored volume hidden behind compute"),
     ("level_assign_0", "positive_integer", "ranks", "ranks of the scored dimension placed inside one level-0 group"),

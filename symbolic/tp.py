@@ -1,7 +1,7 @@
 """Tensor parallelism per layer: ``EvalLayerComm.tp_comm_layer`` (live path).
 
 Restates the published ``EvalLayerComm.tp_comm_non_exp``, ``tp_comm_exp`` and
-``tp_comm_layer`` (FORMULAS.md §7 "TP"), called by ``comm_time.py`` lines
+``tp_comm_layer`` (docs/formulas.md, "TP"), called by ``comm_time.py`` lines
 502, 602-604 with ``mb = 1``.
 
 Variants resolved in Python:
@@ -16,7 +16,7 @@ Variants resolved in Python:
 ``comm_t`` (1 when ``t > 1``) switches the whole volume, so ``t = 1`` moves
 nothing; ``t`` itself is not read.
 
-**Units differ by variant** (FORMULAS.md §10 item 11): the dense volume is an
+**Units differ by variant** (docs/model.md, oddity 11): the dense volume is an
 element count ``¼·n_gather·s·b·(h + hff)·mb/cp`` with no bytes; the MoE volume
 is ``¼·n_gather·h·bytes_compute·(h·n_attMM + n_ffMM·(n_exp/ep +
 n_shared_exp)·hff_exp)/cp``, bytes of a parameter-like size with no ``s``,

@@ -70,7 +70,7 @@ def _assert_same_value(before: sympy.Expr, after: sympy.Expr, points: list[dict[
 
 
 def _eta() -> sympy.Expr:
-    # FORMULAS.md §4: η = dh if dh ≠ 0 else h / max(1, a); a is a positive integer, so max(1, a) = a.
+    # docs/formulas.md, "Context parallelism (CP)": η = dh if dh ≠ 0 else h / max(1, a); a is a positive integer, so max(1, a) = a.
     return Piecewise((dh, Ne(dh, 0)), (h / a, True))
 
 
@@ -78,7 +78,7 @@ def _rho() -> sympy.Expr:
     return (cp - 1) / cp
 
 
-# Expected strings written from FORMULAS.md (§2, §4, §7), in SymPy's canonical factor order and with the
+# Expected strings written from docs/formulas.md, in SymPy's canonical factor order and with the
 # reference's symbol spelling: one letter as is, x_rest as x_{\mathrm{rest}}, other names upright.
 GOLDENS = {
     # Ring: V = 2·ρ·s·b·2W·bytes_compute with the GQA width W = min(n_kv if n_kv > 0 else a, a)·dh/t.
@@ -111,7 +111,7 @@ GOLDENS = {
 def test_latex_golden(name):
     independent, expected = GOLDENS[name]
     formula = registry.get(name)
-    # The golden is the formula as FORMULAS.md states it: same value as the registered one ...
+    # The golden is the formula as the original states it (independently written here): same value as the registered one ...
     _assert_same_value(independent, formula.expr, _points(40, seed=7), name)
     # ... and printed as expected once the cheap passes have run.
     assert latex(closed_form(formula.expr)) == expected

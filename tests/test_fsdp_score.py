@@ -126,7 +126,7 @@ def test_rounds_variants():
 
 
 def _plain_level_assign(bounds, d, t, cp, p):
-    """FORMULAS.md §9 written out one layout at a time, for comparison."""
+    """docs/model.md, "Level score" written out one layout at a time, for comparison."""
     devices = d * t * cp * p
     left = {"MP": t, "EP": 1, "CP": cp, "DP": d, "PP": p}
     placed = {k: [] for k in left}

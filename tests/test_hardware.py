@@ -64,25 +64,25 @@ def test_every_number_in_the_catalog_has_a_comment_saying_where_it_comes_from(pa
 
 def test_a2_as_formulas_section_9_states():
     a2 = hardware.load("A2")
-    assert a2.level_bounds() == (8, None)  # FORMULAS.md §9: bounds [8, ∞]
-    assert a2.level_bandwidths_gbps() == (50.0, 10.0)  # FORMULAS.md §9: BW [50, 10] GB/s
+    assert a2.level_bounds() == (8, None)  # docs/model.md, "Level score": bounds [8, ∞]
+    assert a2.level_bandwidths_gbps() == (50.0, 10.0)  # docs/model.md, "Level score": BW [50, 10] GB/s
     assert [lvl.bandwidth_bytes_per_s for lvl in a2.levels] == [50e9, 10e9]
     assert a2.devices_per_node == 8
-    assert a2.bindings()["device_intra_node_num"] == 8  # FORMULAS.md §1: A2: 8
+    assert a2.bindings()["device_intra_node_num"] == 8  # docs/model.md, "Config fields": A2: 8
 
 
 def test_a3_as_formulas_section_9_states():
     a3 = hardware.load("A3")
-    assert a3.level_bounds() == (16, 24, None)  # FORMULAS.md §9: bounds [16, 24, ∞]
-    assert a3.level_bandwidths_gbps() == (200.0, 25.0, 10.0)  # FORMULAS.md §9: BW [200, 25, 10]
+    assert a3.level_bounds() == (16, 24, None)  # docs/model.md, "Level score": bounds [16, 24, ∞]
+    assert a3.level_bandwidths_gbps() == (200.0, 25.0, 10.0)  # docs/model.md, "Level score": BW [200, 25, 10]
     assert a3.devices_per_node == 16
-    assert a3.bindings()["device_intra_node_num"] == 16  # FORMULAS.md §1: A3: 16
+    assert a3.bindings()["device_intra_node_num"] == 16  # docs/model.md, "Config fields": A3: 16
 
 
 @pytest.mark.parametrize("name", ["A2", "A3"])
 def test_unused_helper_figures_of_the_original_are_kept(name):
     helpers = {h.name: h for h in hardware.load(name).unused_helper_levels}
-    # FORMULAS.md §9: NODE 300 GB/s × 0.7 and CLUSTER 25 × 0.9; latencies from the
+    # docs/model.md, "Level score": NODE 300 GB/s × 0.7 and CLUSTER 25 × 0.9; latencies from the
     # published comm_time.py level_latency (NODE 0.00001 s, CLUSTER 0.00002 s).
     assert helpers["NODE"] == UnusedHelperLevel("NODE", 300e9, 0.7, 1e-5)
     assert helpers["CLUSTER"] == UnusedHelperLevel("CLUSTER", 25e9, 0.9, 2e-5)

@@ -3,8 +3,8 @@
 A :class:`Layout` is one training run's parallel strategy (degrees, micro-batches,
 optimizer sharding, FSDP, recompute plan). Together with a
 :class:`codegen.configs.models.ModelConfig` it fixes every configuration field the
-communication formulas read (FORMULAS.md §1), which :func:`derive_fields`
-computes, and the pipeline layout the stage walk visits (FORMULAS.md §8),
+communication formulas read (docs/model.md, "Config fields"), which :func:`derive_fields`
+computes, and the pipeline layout the stage walk visits (docs/model.md, "From a layer to a stage"),
 which :func:`build_stages` builds.
 
 Where the fields come from. The original planner derives them in its
@@ -98,7 +98,7 @@ __all__ = [
 #: unused ``level_bandwidth`` helper, not A2's or A3's level bandwidths.
 ORIGINAL_CP_NETWORK: Mapping[str, float] = {"device_per_node": 8.0, "bw_intra": 300.0, "bw_inter": 25.0}
 
-# The original's transitional overlap fractions (derive_comm_flags; FORMULAS.md §10 item 13).
+# The original's transitional overlap fractions (derive_comm_flags; docs/model.md, oddity 13).
 _DP_OVERLAP = 0.9
 _TP_OVERLAP = 0.5
 
@@ -1290,7 +1290,7 @@ def _validate_one(model: ModelConfig, layout: Layout, batch: LayoutBatch, device
 def derive_fields(model: ModelConfig, layout: Layout, *, network: System | None = None) -> dict[str, Any]:
     """Every configuration field the communication formulas read, by the original's names.
 
-    The result is a case-style ``inputs`` mapping (FORMULAS.md §1): numbers as floats,
+    The result is a case-style ``inputs`` mapping (docs/model.md, "Config fields"): numbers as floats,
     switches as 0.0 / 1.0, ``cp_algo`` as text and ``rec_op`` as a mapping of switches. Add
     ``stages`` (:func:`build_stages`), ``device``, ``mode`` and ``ttype`` for a stage walk.
     The same rules as :func:`derive_fields_batch`, on a batch of one.
@@ -1476,7 +1476,7 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
 
 @dataclass(frozen=True)
 class StageLayerCounts:
-    """One stage's layers by type, split as the stage walk prices them (FORMULAS.md §8).
+    """One stage's layers by type, split as the stage walk prices them (docs/model.md, "From a layer to a stage").
 
     Attributes:
         embedding: embedding layers on the stage (0 or 1).
@@ -1509,7 +1509,7 @@ def stage_layer_counts(stages: Sequence[Sequence[Sequence[str]]], n_lay: int) ->
     """Per stage, how many layers of each type it holds, body layers with and without a kind entry apart.
 
     Body layers are numbered in model order (chunk 0 of every stage, then chunk 1, …); the
-    first *n_lay* get a kind entry (FORMULAS.md §8), the rest (MTP) do not.
+    first *n_lay* get a kind entry (docs/model.md, "From a layer to a stage"), the rest (MTP) do not.
 
     Raises:
         LayoutError: for a layer type outside :data:`LAYER_KINDS` or a negative *n_lay*.

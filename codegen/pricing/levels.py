@@ -1,6 +1,6 @@
 """Placing parallel dimensions on the levels of a device hierarchy, and the level score, vectorised.
 
-``estimate_comm_score`` (FORMULAS.md §9) first places the ranks of each
+``estimate_comm_score`` (docs/model.md, "Level score") first places the ranks of each
 dimension on the hierarchy's levels (``level_assign``): a greedy, integer
 step — floor divisions and minima — that has no useful closed form. It is done
 here with NumPy over whole arrays of layouts at once (one pass per level and
@@ -167,7 +167,7 @@ def comm_score(*, comm_volume: object, overlap: object, dim: str, d: object, t: 
                assignment: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
     """``estimate_comm_score``: the level score of *comm_volume* for dimension *dim* (unit "score").
 
-    Not a time (FORMULAS.md §10 item 12): per level, the volume not overlapped
+    Not a time (docs/model.md, oddity 12): per level, the volume not overlapped
     times (ranks of *dim* there − 1) times the devices below that level, over
     the level's bandwidth as a bare GB/s number. Vectorised over layouts.
 

@@ -3,7 +3,7 @@
 This is the *reference* the closed-form stage totals are tested and
 benchmarked against: it visits every layer of every stage and adds the
 per-layer volumes one call at a time, exactly as ``estimate_from_mem_comm``
-does (FORMULAS.md §8; printout lines 549-712), but through the project's
+does (docs/model.md, "From a layer to a stage"; printout lines 549-712), but through the project's
 per-layer adapters. It is slow by design — one layout at a time, hundreds of
 calls per layout — and is used only by the tests.
 """
@@ -21,7 +21,7 @@ DIMS = ("DP", "MP", "EP", "CP")
 
 
 def _model_order(stages: Sequence[Sequence[Sequence[str]]]) -> list[tuple[int, int, int]]:
-    """Positions of the body layers in model order: chunk-major, then stage (FORMULAS.md §8)."""
+    """Positions of the body layers in model order: chunk-major, then stage (docs/model.md, "From a layer to a stage")."""
     order = []
     chunks = max(len(stage) for stage in stages)
     for c in range(chunks):
