@@ -26,12 +26,15 @@ Two backends, both written by ``symcost compile``:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import sympy
 
-from .lowering import RESERVED_NAMES, Program, in_place_program, loop_program
+from symbolic.symbols import PER_LAYOUT, SPECS
+
+from .lowering import RESERVED_NAMES, Program, hoist, in_place_program, loop_program
 from .printer import print_array_api, print_numpy, print_scalar
 
 __all__ = ["Backend", "Templates", "NumPyEmitter", "NUMPY", "NUMBA", "BACKENDS", "by_name"]
@@ -134,8 +137,21 @@ def _numpy_printer(expr: sympy.Basic, arguments: tuple[str, ...]) -> str:
     return print_numpy(expr)
 
 
+#: Symbols one call of a NumPy evaluator usually sees as single numbers (the model's and the run's fields).
+_INVARIANT = frozenset(SPECS) - PER_LAYOUT
+
+
 def _numpy_schedule(temps: CseForm, result: sympy.Expr, arguments: tuple[str, ...]) -> Program:
-    return in_place_program(temps, result, _NUMPY_EMITTER)
+    # What depends on the model's fields alone is computed once per call, before the blocks.
+    hoisted, temps, result = hoist(temps, result, _INVARIANT)
+    program = in_place_program(temps, result, _NUMPY_EMITTER)
+    read = {x for _, e in temps for x in e.free_symbols} | result.free_symbols
+    made = {sym for sym, _ in hoisted}
+    widened = sorted({x.name for _, e in hoisted for x in e.free_symbols} - {x.name for x in made})
+    return dataclasses.replace(program, hoisted=tuple((sym.name, print_numpy(e)) for sym, e in hoisted),
+                               passed=tuple(sym.name for sym, _ in hoisted if sym in read),
+                               widened=tuple(widened), forms=(*temps, (None, result)),
+                               ops=int(sum(sympy.count_ops(e) for _, e in (*hoisted, *temps, (None, result)))))
 
 
 def _numpy_rank(program: Program, ops: int) -> tuple[int, ...]:

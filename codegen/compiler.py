@@ -61,7 +61,7 @@ _RESERVED_MODULES = frozenset({"__init__", "_runtime"})
 
 
 def _function_targets(f: Lowered) -> str:
-    names = ["out", *f.reals, *f.masks, *f.arguments]
+    names = ["out", *f.reals, *f.masks, *f.arguments, *f.passed]
     return "out," if len(names) == 1 else ", ".join(names)
 
 

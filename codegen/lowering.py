@@ -435,12 +435,25 @@ class Program:
         reals: names of the float buffers the statements use.
         masks: names of the boolean buffers the statements use.
         calls: array-library calls per block (0 for an element-wise loop).
+        hoisted: ``(name, code)`` of the subexpressions free of per-layout symbols, computed once
+            per call before the blocks.
+        passed: the names of ``hoisted`` the statements read: handed to the blocks like arguments.
+        widened: the arguments ``hoisted`` reads, made NumPy scalars first so that a division by
+            zero in a dead branch gives inf under ``errstate``, as the blocks do, not an exception.
+        forms: the ``(temporary, expression)`` pairs the steps compute, the result last under
+            ``None`` (after hoisting, fewer than the CSE form's); empty: the CSE form's own.
+        ops: ``count_ops`` of the hoisted expressions and ``forms`` together (with ``forms`` only).
     """
 
     steps: tuple[tuple[str, tuple[str, ...]], ...]
     reals: tuple[str, ...] = ()
     masks: tuple[str, ...] = ()
     calls: int = 0
+    hoisted: tuple[tuple[str, str], ...] = ()
+    passed: tuple[str, ...] = ()
+    widened: tuple[str, ...] = ()
+    forms: tuple[tuple[sympy.Symbol | None, sympy.Expr], ...] = ()
+    ops: int = 0
 
 
 def in_place_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
@@ -470,6 +483,60 @@ def in_place_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: s
                 held = sched.names[tsym]
                 sched.release(_Operand(held.text, "reg", held.mask))
     return Program(tuple(programs), sched.real.names(), sched.mask.names(), sched.calls)
+
+
+_HOIST_PREFIX = "inv"
+
+
+def hoist(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr, invariant: frozenset[str]
+          ) -> tuple[list[tuple[sympy.Symbol, sympy.Expr]], list[tuple[sympy.Symbol, sympy.Expr]], sympy.Expr]:
+    """Loop-invariant code motion: ``(hoisted, temps, result)`` with every subexpression whose symbols
+    are all in *invariant* moved into ``hoisted``.
+
+    A searcher prices many layouts of one model: the model's fields are one number per call, the
+    degrees one per layout. A subexpression of model fields alone (``bytes_compute·dh·s``, a layer's
+    parameter count) is then computed once per call instead of once per block. Whole temporaries
+    move; inside a sum or product, its invariant terms or factors move together. The values are
+    the same: only where each operation runs changes.
+    """
+    known = set(invariant)
+    names = sympy.numbered_symbols(_HOIST_PREFIX)
+    hoisted: list[tuple[sympy.Symbol, sympy.Expr]] = []
+
+    def constant(e: sympy.Basic) -> bool:
+        return e.is_Number or (isinstance(e, sympy.Expr) and {x.name for x in e.free_symbols} <= known)
+
+    def lift(e: sympy.Expr) -> sympy.Expr:
+        if e.is_Atom:
+            return e
+        sym = next(names)
+        hoisted.append((sym, e))
+        known.add(sym.name)
+        return sym
+
+    def move(e: sympy.Basic) -> sympy.Basic:
+        if e.is_Atom:
+            return e
+        if constant(e):
+            return lift(e)
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            fixed = [a for a in e.args if constant(a)]
+            rest = [move(a) for a in e.args if not constant(a)]
+            if len(fixed) > 1 or (fixed and not fixed[0].is_Atom):
+                return e.func(lift(e.func(*fixed)), *rest, evaluate=False)
+            return e.func(*fixed, *rest, evaluate=False)
+        return e.func(*[move(a) for a in e.args])
+
+    if constant(result):  # nothing per layout: the whole form stays as it is
+        return [], list(temps), result
+    kept = []
+    for sym, e in temps:
+        if constant(e):
+            hoisted.append((sym, e))
+            known.add(sym.name)
+        else:
+            kept.append((sym, move(e)))
+    return hoisted, kept, move(result)
 
 
 def loop_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
@@ -563,6 +630,9 @@ class Lowered:
     fingerprint: str
     variant: tuple[tuple[str, str], ...] = ()
     plain: tuple[tuple[str, str], ...] = ()
+    hoisted: tuple[tuple[str, str], ...] = ()
+    passed: tuple[str, ...] = ()
+    widened: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -578,7 +648,8 @@ class _Candidate:
         return () if any(code is None for _, code in printed) else tuple(printed)  # type: ignore[misc]
 
     def steps(self, target: Target, arguments: tuple[str, ...]) -> tuple[Step, ...]:
-        named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
+        forms = self.program.forms or (*self.temporaries, (None, self.result))
+        named = [("out" if s is None else s.name, e) for s, e in forms]
         return tuple(Step(name, target.print_code(e, arguments), buffer, statements)
                      for (name, e), (buffer, statements) in zip(named, self.program.steps))
 
@@ -633,7 +704,7 @@ def _argument_docs(arguments: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate, target: Target) -> None:
     reserved = (set(target.reserved) | set(cand.program.reals) | set(cand.program.masks)
-                | {s.name for s, _ in cand.temporaries})
+                | {s.name for s, _ in cand.temporaries} | {name for name, _ in cand.program.hoisted})
     clash = sorted(set(arguments) & reserved)
     if clash:
         raise CodegenError(f"formula {formula.name}: argument names {clash} clash with names the generated "
@@ -672,7 +743,7 @@ def lower(formula: Formula, backend: Target | None = None) -> Lowered:
         name=formula.name,
         backend=backend.name,
         arguments=arguments,
-        temporaries=tuple((st.name, st.code) for st in steps[:-1]),
+        temporaries=best.program.hoisted + tuple((st.name, st.code) for st in steps[:-1]),
         result=steps[-1].code,
         steps=steps,
         reals=best.program.reals,
@@ -685,10 +756,13 @@ def lower(formula: Formula, backend: Target | None = None) -> Lowered:
         dimension=formula.dimension,
         algorithm=formula.algorithm,
         argument_docs=_argument_docs(arguments),
-        ops=best.ops,
+        ops=best.program.ops if best.program.forms else best.ops,
         calls=best.program.calls,
         rewrite=best.rewrite,
         fingerprint=formula_fingerprint(formula),
         variant=tuple(formula.variant),
+        hoisted=best.program.hoisted,
+        passed=best.program.passed,
+        widened=best.program.widened,
         plain=plain,
     )

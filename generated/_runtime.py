@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy
 
-__all__ = ["BLOCK", "Call", "namespace", "floats", "broadcast"]
+__all__ = ["BLOCK", "Call", "reals", "namespace", "floats", "broadcast"]
 
 #: Elements per block: 16384 float64 values are 128 KiB, so a
 #: kernel's buffers and the arguments' slices of one block fit in a core's L2 cache.
@@ -36,7 +36,7 @@ class Call:
     Args:
         function: the generated function's name, for error messages.
         names: the argument names, in the order of *values*.
-        values: the arguments: numbers or array-likes of numbers.
+        values: the arguments: numbers or array-likes of numbers (a Python float is kept as it is).
         reals: how many float64 buffers the statements use.
         masks: how many boolean buffers the statements use.
 
@@ -49,17 +49,23 @@ class Call:
 
     def __init__(self, function: str, names: tuple[str, ...], values: tuple[object, ...], *,
                  reals: int, masks: int) -> None:
-        arrays = []
+        arrays: list = []
+        shapes = []
         for name, value in zip(names, values):
+            if isinstance(value, float):  # one number (a model's field, most often): no array to make
+                arrays.append(value)
+                continue
             try:
-                arrays.append(numpy.asarray(value, dtype=numpy.float64))
+                array = numpy.asarray(value, dtype=numpy.float64)
             except (TypeError, ValueError):
                 raise TypeError(f"{function}: argument {name} must be a number or an array of numbers, "
                                 f"got {value!r}") from None
+            arrays.append(array)
+            shapes.append(array.shape)
         try:
-            shape = numpy.broadcast_shapes(*(a.shape for a in arrays))
+            shape = numpy.broadcast_shapes(*shapes)
         except ValueError:
-            shapes = ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays))
+            shapes = ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays) if not isinstance(a, float))
             raise ValueError(f"{function}: arguments do not broadcast to one shape: {shapes}") from None
         self.function = function
         self.arrays = arrays
@@ -71,13 +77,15 @@ class Call:
         """Yield ``(out, reals…, masks…, arguments…)`` per block; the statements fill ``out`` in place."""
         out = self.out
         size = out.size
-        if size <= BLOCK or any(a.size not in (1, size) for a in self.arrays):
+        arrays = [a for a in self.arrays if not isinstance(a, float)]
+        if size <= BLOCK or any(a.size not in (1, size) for a in arrays):
             yield (out, *[numpy.empty(out.shape) for _ in range(self.reals)],
                    *[numpy.empty(out.shape, dtype=bool) for _ in range(self.masks)], *self.arrays)
             return
         # Every argument is one value or the whole output in the same element order (broadcasting
         # without growing the size only prepends ones), so flat views line up block for block.
-        flat = [a.reshape(-1) if a.size == size else a.reshape(()) for a in self.arrays]
+        flat = [a if isinstance(a, float) else a.reshape(-1) if a.size == size else a.reshape(()) for a in self.arrays]
+        cut = [not isinstance(a, float) and a.ndim == 1 for a in flat]
         flat_out = out.reshape(-1)
         reals = [numpy.empty(BLOCK) for _ in range(self.reals)]
         masks = [numpy.empty(BLOCK, dtype=bool) for _ in range(self.masks)]
@@ -87,7 +95,23 @@ class Call:
                 n = stop - start
                 reals = [r[:n] for r in reals]
                 masks = [m[:n] for m in masks]
-            yield (flat_out[start:stop], *reals, *masks, *[a[start:stop] if a.ndim else a for a in flat])
+            yield (flat_out[start:stop], *reals, *masks, *[a[start:stop] if c else a for a, c in zip(flat, cut)])
+
+
+def reals(function: str, names: tuple[str, ...], values: tuple[object, ...]) -> tuple[object, ...]:
+    """*values* as NumPy float64 scalars or arrays: arithmetic on them obeys ``numpy.errstate``.
+
+    Raises:
+        TypeError: naming the argument when a value is not numeric (as ``Call`` does).
+    """
+    out = []
+    for name, value in zip(names, values):
+        try:
+            out.append(numpy.float64(value) if isinstance(value, float) else numpy.asarray(value, dtype=numpy.float64))
+        except (TypeError, ValueError):
+            raise TypeError(f"{function}: argument {name} must be a number or an array of numbers, "
+                            f"got {value!r}") from None
+    return tuple(out)
 
 
 #: What the NumPy path takes as it is: everything else is asked whether it is another library's array.

@@ -128,30 +128,32 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dh, n_kv, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, dh, n_kv, t) = _runtime.floats(xp, (a, dh, n_kv, t))
         out = dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/t
         return _runtime.broadcast(xp, out, (a, dh, n_kv, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, n_kv) = _runtime.reals("attention_gqa_kv_width_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
+            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "attention_gqa_kv_width_elements",
-        ("a", "dh", "n_kv", "t"),
-        (a, dh, n_kv, t),
-        reals=1,
-        masks=1,
+        ("a", "dh", "n_kv", "t", "inv0"),
+        (a, dh, n_kv, t, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, dh, n_kv, t in call.blocks():
-            # out = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/t
-            numpy.copyto(out, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, dh, out=out)
-            numpy.divide(out, t, out=out)
+        for out, a, dh, n_kv, t, inv0 in call.blocks():
+            # out = inv0/t
+            numpy.divide(inv0, t, out=out)
     return call.out
 
 
@@ -215,25 +217,27 @@ def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
+    # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((dh, dhr, n_kv, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (dh, dhr, n_kv, t) = _runtime.floats(xp, (dh, dhr, n_kv, t))
         out = 0.5*(n_kv*(2*dh + dhr)/t)
         return _runtime.broadcast(xp, out, (dh, dhr, n_kv, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv) = _runtime.reals("attention_mla_kv_width_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "attention_mla_kv_width_elements",
-        ("dh", "dhr", "n_kv", "t"),
-        (dh, dhr, n_kv, t),
+        ("dh", "dhr", "n_kv", "t", "inv0"),
+        (dh, dhr, n_kv, t, inv0),
         reals=0,
         masks=0,
     )
-    for out, dh, dhr, n_kv, t in call.blocks():
-        # out = 0.5*(n_kv*(2*dh + dhr)/t)
-        numpy.multiply(dh, 2.0, out=out)
-        numpy.add(out, dhr, out=out)
-        numpy.multiply(out, n_kv, out=out)
-        numpy.divide(out, t, out=out)
-        numpy.multiply(out, 0.5, out=out)
+    for out, dh, dhr, n_kv, t, inv0 in call.blocks():
+        # out = inv0/t
+        numpy.divide(inv0, t, out=out)
     return call.out

@@ -96,39 +96,37 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
     call = _runtime.Call(
         "cp_ulysses_mha_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, s, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
         reals=1,
-        masks=1,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
-            # out = 4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t)
+        for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
+            # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.add(r0, h, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
     return call.out
 
 
@@ -156,30 +154,33 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_traffic_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
     call = _runtime.Call(
         "cp_ring_mha_traffic_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
-        (b, bytes_compute, cp, h, s, t),
+        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0),
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t in call.blocks():
-        # out = 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
+    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
+        # out = b*inv0*(cp - 1)/(cp*t)
         numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, h, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.multiply(cp, t, out=r0)
         numpy.divide(out, r0, out=out)
-        numpy.multiply(out, 4.0, out=out)
     return call.out
 
 
@@ -211,44 +212,37 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "cp_ulysses_gqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t),
-        reals=2,
-        masks=1,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+        reals=1,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
-            # out = 4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t)
+        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
+            # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, dh, out=r0)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, a, out=r1)
-            numpy.add(r0, r1, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
     return call.out
 
 
@@ -278,38 +272,36 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
         out = 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "cp_ring_gqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, n_kv, s, t),
-        reals=2,
-        masks=1,
+        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
+        reals=1,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
-            # out = 4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t)
+        for out, r0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
+            # out = b*inv0*(cp - 1)/(cp*t)
             numpy.subtract(cp, 1.0, out=out)
-            numpy.copyto(r0, a)
-            numpy.greater(n_kv, 0.0, out=m0)
-            numpy.minimum(a, n_kv, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, dh, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
             numpy.multiply(cp, t, out=r0)
             numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
     return call.out
 
 
@@ -339,39 +331,37 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
     call = _runtime.Call(
         "cp_ulysses_mqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, s, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
         reals=1,
-        masks=1,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
-            # out = 4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t)
+        for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
+            # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            numpy.multiply(r0, a, out=r0)
-            numpy.add(r0, dh, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
     return call.out
 
 
@@ -399,30 +389,33 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_traffic_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+        inv0 = 4*bytes_compute*dh*s
     call = _runtime.Call(
         "cp_ring_mqa_traffic_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t"),
-        (b, bytes_compute, cp, dh, s, t),
+        ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, s, t, inv0),
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, dh, s, t in call.blocks():
-        # out = 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
+    for out, r0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
+        # out = b*inv0*(cp - 1)/(cp*t)
         numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, dh, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.multiply(cp, t, out=r0)
         numpy.divide(out, r0, out=out)
-        numpy.multiply(out, 4.0, out=out)
     return call.out
 
 
@@ -455,7 +448,7 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -463,39 +456,32 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_traffic_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "cp_ulysses_mla_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t),
-        reals=3,
-        masks=1,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
+        reals=1,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
-            #     dhr))/((cp*cp)*t)
+        for out, r0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
+            # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(r0, a, out=r1)
-            numpy.multiply(dh, 2.0, out=r2)
-            numpy.add(r2, dhr, out=r2)
-            numpy.multiply(r2, n_kv, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dhr, out=r2)
-            numpy.multiply(r2, a, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(cp, cp, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(out, r1, out=out)
-            numpy.multiply(out, 2.0, out=out)
+            numpy.multiply(cp, cp, out=r0)
+            numpy.multiply(r0, t, out=r0)
+            numpy.divide(out, r0, out=out)
     return call.out
 
 
@@ -525,33 +511,33 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_traffic_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "cp_ring_mla_traffic_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
-        (b, bytes_compute, cp, dh, dhr, n_kv, s, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, dh, dhr, n_kv, s, t in call.blocks():
-        # out = 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
+    for out, r0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
+        # out = b*inv0*(cp - 1)/(cp*t)
         numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(dh, 2.0, out=r0)
-        numpy.add(r0, dhr, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, n_kv, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.multiply(cp, t, out=r0)
         numpy.divide(out, r0, out=out)
-        numpy.multiply(out, 2.0, out=out)
     return call.out
 
 
@@ -578,33 +564,32 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dh, h, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, dh, h, t) = _runtime.floats(xp, (a, dh, h, t))
         out = 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t
         return _runtime.broadcast(xp, out, (a, dh, h, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h) = _runtime.reals("cp_linear_state_traffic_bytes", ("a", "dh", "h"), (a, dh, h))
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "cp_linear_state_traffic_bytes",
-        ("a", "dh", "h", "t"),
-        (a, dh, h, t),
-        reals=1,
-        masks=1,
+        ("a", "dh", "h", "t", "inv0"),
+        (a, dh, h, t, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, dh, h, t in call.blocks():
-            # out = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t
-            numpy.multiply(h, h, out=out)
-            numpy.multiply(a, a, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.multiply(dh, dh, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, a, out=out)
-            numpy.divide(out, t, out=out)
-            numpy.multiply(out, 8.0, out=out)
+        for out, a, dh, h, t, inv0 in call.blocks():
+            # out = inv0/t
+            numpy.divide(inv0, t, out=out)
     return call.out
 
 
@@ -657,7 +642,7 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
             #     + bw_intra*tmp0)
             numpy.less_equal(cp, device_per_node, out=m0)
             if not m0.all():
-                numpy.multiply(r0, bw_intra, out=out)
+                numpy.multiply(bw_intra, r0, out=out)
                 numpy.subtract(1.0, r0, out=r1)
                 numpy.multiply(r1, bw_inter, out=r1)
                 numpy.add(out, r1, out=out)
@@ -832,7 +817,7 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r0, bw_intra, out=out)
+                    numpy.multiply(bw_intra, r0, out=out)
                     numpy.subtract(1.0, r0, out=r1)
                     numpy.multiply(r1, bw_inter, out=r1)
                     numpy.add(out, r1, out=out)
@@ -942,34 +927,38 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, cp, dh, s, t) = _runtime.floats(xp, (a, b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 2*a*b*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*a*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, s) = _runtime.reals("cp_ulysses_record_kv_volume_per_step_elements", ("a", "dh", "s"), (a, dh, s))
+            inv0 = 2*a*dh*s
     call = _runtime.Call(
         "cp_ulysses_record_kv_volume_per_step_elements",
-        ("a", "b", "cp", "dh", "s", "t"),
-        (a, b, cp, dh, s, t),
+        ("a", "b", "cp", "dh", "s", "t", "inv0"),
+        (a, b, cp, dh, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, cp, dh, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*a*b*dh*s*(cp - 1)/(cp*t))
+        for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, a, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -997,34 +986,38 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, cp, dh, s, t) = _runtime.floats(xp, (a, b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*a*b*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*a*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, s) = _runtime.reals("cp_ulysses_record_total_kv_volume_elements", ("a", "dh", "s"), (a, dh, s))
+            inv0 = 4*a*dh*s
     call = _runtime.Call(
         "cp_ulysses_record_total_kv_volume_elements",
-        ("a", "b", "cp", "dh", "s", "t"),
-        (a, b, cp, dh, s, t),
+        ("a", "b", "cp", "dh", "s", "t", "inv0"),
+        (a, b, cp, dh, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, a, b, cp, dh, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*a*b*dh*s*(cp - 1)/(cp*t))
+        for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, a, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1056,7 +1049,7 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1065,16 +1058,25 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(a*b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(a*dh*s)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_total_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(a*dh*s)
     call = _runtime.Call(
         "cp_ulysses_record_total_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
+        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1082,27 +1084,23 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4e-06*(a*b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node),
-            #     1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, a, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1134,7 +1132,7 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1143,16 +1141,25 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 2e-06*(a*b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 2e-06*(a*dh*s)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
+            inv0 = 1/bw_intra
+            inv1 = 2e-06*(a*dh*s)
     call = _runtime.Call(
         "cp_ulysses_record_exposed_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
+        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1160,27 +1167,23 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2e-06*(a*b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node),
-            #     1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, a, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 2e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1249,31 +1252,35 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, cp, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, cp, h, s, t) = _runtime.floats(xp, (b, cp, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*h*s/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (h, s) = _runtime.reals("cp_ring_mha_record_kv_volume_per_step_bytes", ("h", "s"), (h, s))
+            inv0 = 4*h*s
     call = _runtime.Call(
         "cp_ring_mha_record_kv_volume_per_step_bytes",
-        ("b", "cp", "h", "s", "t"),
-        (b, cp, h, s, t),
+        ("b", "cp", "h", "s", "t", "inv0"),
+        (b, cp, h, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, cp, h, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*h*s/(cp*t))
+        for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+            numpy.multiply(inv0, b, out=out)
+            numpy.multiply(cp, t, out=r0)
+            numpy.divide(out, r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(b, h, out=out)
-                numpy.multiply(out, s, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1300,33 +1307,38 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, cp, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, cp, h, s, t) = _runtime.floats(xp, (b, cp, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*b*h*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (h, s) = _runtime.reals("cp_ring_mha_record_total_kv_volume_bytes", ("h", "s"), (h, s))
+            inv0 = 8*h*s
     call = _runtime.Call(
         "cp_ring_mha_record_total_kv_volume_bytes",
-        ("b", "cp", "h", "s", "t"),
-        (b, cp, h, s, t),
+        ("b", "cp", "h", "s", "t", "inv0"),
+        (b, cp, h, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, cp, h, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*b*h*s*(cp - 1)/(cp*t))
+        for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1358,7 +1370,7 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1367,16 +1379,25 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*h*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 8e-06*(h*s)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_total_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
+            inv0 = 1/bw_intra
+            inv1 = 8e-06*(h*s)
     call = _runtime.Call(
         "cp_ring_mha_record_total_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
-        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t),
+        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
+        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1384,26 +1405,23 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8e-06*(b*h*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 8e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1435,7 +1453,7 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1444,16 +1462,25 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*h*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(h*s)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_exposed_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(h*s)
     call = _runtime.Call(
         "cp_ring_mha_record_exposed_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
-        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t),
+        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
+        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1461,26 +1488,23 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4e-06*(b*h*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1510,37 +1534,35 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((a, b, cp, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, cp, dh, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*dh*s*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
+            inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "cp_ring_gqa_record_kv_volume_per_step_bytes",
-        ("a", "b", "cp", "dh", "n_kv", "s", "t"),
-        (a, b, cp, dh, n_kv, s, t),
+        ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
+        (a, b, cp, dh, n_kv, s, t, inv0),
         reals=1,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, b, cp, dh, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*dh*s*numpy.where(numpy.greater(n_kv,
-            #     0), numpy.minimum(a, n_kv), a)/(cp*t))
+        for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+            numpy.multiply(inv0, b, out=out)
+            numpy.multiply(cp, t, out=r0)
+            numpy.divide(out, r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(out, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r0)
-                numpy.copyto(out, r0, where=m1)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1570,39 +1592,38 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, cp, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, cp, dh, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_kv_volume_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
+            inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "cp_ring_gqa_record_total_kv_volume_bytes",
-        ("a", "b", "cp", "dh", "n_kv", "s", "t"),
-        (a, b, cp, dh, n_kv, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
+        (a, b, cp, dh, n_kv, s, t, inv0),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, cp, dh, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*b*dh*s*(cp -
-            #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/(cp*t))
+        for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.copyto(r0, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1637,7 +1658,7 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1646,16 +1667,25 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
+            inv0 = 1/bw_intra
+            inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "cp_ring_gqa_record_total_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t),
+        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1663,32 +1693,23 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
-                numpy.copyto(r2, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r3)
-                numpy.copyto(r2, r3, where=m1)
-                numpy.multiply(out, r2, out=out)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 8e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1723,7 +1744,7 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1732,16 +1753,25 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "cp_ring_gqa_record_exposed_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t),
+        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
+        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1749,32 +1779,23 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
-                numpy.copyto(r2, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r3)
-                numpy.copyto(r2, r3, where=m1)
-                numpy.multiply(out, r2, out=out)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1801,31 +1822,35 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, cp, dh, s, t) = _runtime.floats(xp, (b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*dh*s/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (dh, s) = _runtime.reals("cp_ring_mqa_record_kv_volume_per_step_bytes", ("dh", "s"), (dh, s))
+            inv0 = 4*dh*s
     call = _runtime.Call(
         "cp_ring_mqa_record_kv_volume_per_step_bytes",
-        ("b", "cp", "dh", "s", "t"),
-        (b, cp, dh, s, t),
+        ("b", "cp", "dh", "s", "t", "inv0"),
+        (b, cp, dh, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, cp, dh, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*dh*s/(cp*t))
+        for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+            numpy.multiply(inv0, b, out=out)
+            numpy.multiply(cp, t, out=r0)
+            numpy.divide(out, r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(dh, b, out=out)
-                numpy.multiply(out, s, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1852,33 +1877,38 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, cp, dh, s, t) = _runtime.floats(xp, (b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (dh, s) = _runtime.reals("cp_ring_mqa_record_total_kv_volume_bytes", ("dh", "s"), (dh, s))
+            inv0 = 8*dh*s
     call = _runtime.Call(
         "cp_ring_mqa_record_total_kv_volume_bytes",
-        ("b", "cp", "dh", "s", "t"),
-        (b, cp, dh, s, t),
+        ("b", "cp", "dh", "s", "t", "inv0"),
+        (b, cp, dh, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, cp, dh, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)/(cp*t))
+        for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, dh, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1910,7 +1940,7 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1919,16 +1949,25 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 8e-06*(dh*s)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_total_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
+            inv0 = 1/bw_intra
+            inv1 = 8e-06*(dh*s)
     call = _runtime.Call(
         "cp_ring_mqa_record_total_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
+        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -1936,26 +1975,23 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 8e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -1987,7 +2023,7 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1996,16 +2032,25 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(dh*s)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_exposed_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(dh*s)
     call = _runtime.Call(
         "cp_ring_mqa_record_exposed_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t),
+        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
@@ -2013,26 +2058,23 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
             # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4e-06*(b*dh*s*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
                     numpy.divide(1.0, r2, out=out)
-                numpy.divide(1.0, bw_intra, out=r2)
-                numpy.copyto(out, r2, where=m1)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2061,34 +2103,35 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, cp, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, cp, dh, dhr, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 2*b*n_kv*s*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*n_kv*s*(2*dh + dhr)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_kv_volume_per_step_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
+            inv0 = 2*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "cp_ring_mla_record_kv_volume_per_step_bytes",
-        ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
-        (b, cp, dh, dhr, n_kv, s, t),
+        ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+        (b, cp, dh, dhr, n_kv, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*b*n_kv*s*(2*dh + dhr)/(cp*t))
+        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+            numpy.multiply(inv0, b, out=out)
+            numpy.multiply(cp, t, out=r0)
+            numpy.divide(out, r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(dh, 2.0, out=out)
-                numpy.add(out, dhr, out=out)
-                numpy.multiply(out, n_kv, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2117,36 +2160,38 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, cp, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, cp, dh, dhr, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*n_kv*s*(2*dh + dhr)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_kv_volume_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
+            inv0 = 4*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "cp_ring_mla_record_total_kv_volume_bytes",
-        ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
-        (b, cp, dh, dhr, n_kv, s, t),
+        ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+        (b, cp, dh, dhr, n_kv, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
+        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(dh, 2.0, out=r0)
-                numpy.add(r0, dhr, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, n_kv, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2180,7 +2225,7 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2189,46 +2234,49 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*n_kv*s*tmp0*(2*dh + dhr)*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
+            inv0 = 1/bw_intra
+            inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
     call = _runtime.Call(
         "cp_ring_mla_record_total_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t),
+        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
             numpy.minimum(cp, device_per_node, out=r1)
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4e-06*(b*n_kv*s*tmp0*(2*dh +
-            #     dhr)*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1
-            #     - tmp1) + bw_intra*tmp1))/(cp*t)))
+            # out = numpy.where(numpy.less_equal(cp, 1), 0,
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.multiply(dh, 2.0, out=out)
-                numpy.add(out, dhr, out=out)
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=r2)
-                numpy.divide(1.0, bw_intra, out=r3)
-                numpy.copyto(r2, r3, where=m1)
-                numpy.multiply(out, r2, out=out)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, n_kv, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 4e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2262,7 +2310,7 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2271,46 +2319,49 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 2e-06*(b*n_kv*s*tmp0*(2*dh + dhr)*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/bw_intra
+            inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_exposed_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
+            inv0 = 1/bw_intra
+            inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
     call = _runtime.Call(
         "cp_ring_mla_record_exposed_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t),
+        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
+        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
         reals=4,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
             # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
             numpy.minimum(cp, device_per_node, out=r1)
             numpy.subtract(r1, 1.0, out=r1)
             numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2e-06*(b*n_kv*s*tmp0*(2*dh +
-            #     dhr)*numpy.where(numpy.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1
-            #     - tmp1) + bw_intra*tmp1))/(cp*t)))
+            # out = numpy.where(numpy.less_equal(cp, 1), 0,
+            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
+            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.multiply(dh, 2.0, out=out)
-                numpy.add(out, dhr, out=out)
                 numpy.less_equal(cp, device_per_node, out=m1)
                 if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
+                    numpy.multiply(bw_intra, r1, out=r2)
                     numpy.subtract(1.0, r1, out=r3)
                     numpy.multiply(r3, bw_inter, out=r3)
                     numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=r2)
-                numpy.divide(1.0, bw_intra, out=r3)
-                numpy.copyto(r2, r3, where=m1)
-                numpy.multiply(out, r2, out=out)
+                    numpy.divide(1.0, r2, out=out)
+                numpy.copyto(out, inv0, where=m1)
+                numpy.multiply(out, inv1, out=out)
                 numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, n_kv, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r2)
                 numpy.divide(out, r2, out=out)
-                numpy.multiply(out, 2e-06, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2380,34 +2431,34 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, cp, dh, n_kv, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, n_kv, t) = _runtime.floats(xp, (a, cp, dh, n_kv, t))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/t))
         return _runtime.broadcast(xp, out, (a, cp, dh, n_kv, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, n_kv) = _runtime.reals("cp_record_gqa_kv_dim_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
+            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "cp_record_gqa_kv_dim_elements",
-        ("a", "cp", "dh", "n_kv", "t"),
-        (a, cp, dh, n_kv, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "n_kv", "t", "inv0"),
+        (a, cp, dh, n_kv, t, inv0),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, n_kv, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     numpy.floor(dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/t))
+        for out, r0, m0, a, cp, dh, n_kv, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
+            numpy.divide(inv0, t, out=r0)
+            numpy.floor(r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r0, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.floor(r0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2477,32 +2528,34 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, dh, dhr, n_kv, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (cp, dh, dhr, n_kv, t) = _runtime.floats(xp, (cp, dh, dhr, n_kv, t))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(0.5*(n_kv*(2*dh + dhr)/t)))
         return _runtime.broadcast(xp, out, (cp, dh, dhr, n_kv, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 0.5*(n_kv*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (dh, dhr, n_kv) = _runtime.reals("cp_record_mla_kv_dim_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
+            inv0 = 0.5*(n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "cp_record_mla_kv_dim_elements",
-        ("cp", "dh", "dhr", "n_kv", "t"),
-        (cp, dh, dhr, n_kv, t),
+        ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
+        (cp, dh, dhr, n_kv, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, cp, dh, dhr, n_kv, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(0.5*(n_kv*(2*dh + dhr)/t)))
+        for out, r0, m0, cp, dh, dhr, n_kv, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
+            numpy.divide(inv0, t, out=r0)
+            numpy.floor(r0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(dh, 2.0, out=r0)
-                numpy.add(r0, dhr, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 0.5, out=r0)
-                numpy.floor(r0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2533,41 +2586,39 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
     call = _runtime.Call(
         "cp_ulysses_mha_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, s, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
         reals=1,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.divide(h, a, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r0, dh, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.add(r0, h, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, cp, out=r0)
                 numpy.multiply(r0, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2595,34 +2646,38 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_record_comm_volume_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+            inv0 = 4*bytes_compute*h*s
     call = _runtime.Call(
         "cp_ring_mha_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
-        (b, bytes_compute, cp, h, s, t),
+        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, bytes_compute, cp, h, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
+        for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2654,47 +2709,39 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "cp_ulysses_gqa_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.copyto(r0, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r0, r1, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, cp, out=r0)
                 numpy.multiply(r0, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2725,40 +2772,38 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "cp_ring_gqa_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, n_kv, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/(cp*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.copyto(r0, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2789,41 +2834,39 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
     call = _runtime.Call(
         "cp_ulysses_mqa_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, s, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
         reals=1,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.divide(h, a, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r0, dh, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.add(r0, dh, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, cp, out=r0)
                 numpy.multiply(r0, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2851,34 +2894,38 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_record_comm_volume_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+            inv0 = 4*bytes_compute*dh*s
     call = _runtime.Call(
         "cp_ring_mqa_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t"),
-        (b, bytes_compute, cp, dh, s, t),
+        ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, bytes_compute, cp, dh, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
+        for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2912,7 +2959,7 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2920,41 +2967,34 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "cp_ulysses_mla_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t),
-        reals=3,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
+        reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 +
-            #     a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(r0, a, out=r1)
-                numpy.multiply(dh, 2.0, out=r2)
-                numpy.add(r2, dhr, out=r2)
-                numpy.multiply(r2, n_kv, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.add(r0, dhr, out=r2)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(out, r1, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(out, r1, out=out)
-                numpy.multiply(out, 2.0, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -2984,38 +3024,38 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_comm_volume_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "cp_ring_mla_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
-        (b, bytes_compute, cp, dh, dhr, n_kv, s, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh
-            #     + dhr)/(cp*t))
+        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(dh, 2.0, out=r0)
-                numpy.add(r0, dhr, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, n_kv, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -3042,35 +3082,32 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, cp, dh, h, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, t) = _runtime.floats(xp, (a, cp, dh, h, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)
         return _runtime.broadcast(xp, out, (a, cp, dh, h, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h) = _runtime.reals("cp_linear_state_record_comm_volume_bytes", ("a", "dh", "h"), (a, dh, h))
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "cp_linear_state_record_comm_volume_bytes",
-        ("a", "cp", "dh", "h", "t"),
-        (a, cp, dh, h, t),
-        reals=1,
-        masks=2,
+        ("a", "cp", "dh", "h", "t", "inv0"),
+        (a, cp, dh, h, t, inv0),
+        reals=0,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, cp, dh, h, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 8*a*numpy.where(numpy.not_equal(dh, 0),
-            #     (dh*dh), (h*h)/(a*a))/t)
+        for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
+            # out = numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+            numpy.divide(inv0, t, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=out)
-                numpy.multiply(a, a, out=r0)
-                numpy.divide(out, r0, out=out)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r0)
-                numpy.copyto(out, r0, where=m1)
-                numpy.multiply(out, a, out=out)
-                numpy.divide(out, t, out=out)
-                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out

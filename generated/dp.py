@@ -522,25 +522,29 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_p, h, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_p, h, t) = _runtime.floats(xp, (bytes_p, h, t))
         out = bytes_p*(h*h)/t
         return _runtime.broadcast(xp, out, (bytes_p, h, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_p*(h*h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h) = _runtime.reals("dp_legacy_att_mm_bytes", ("bytes_p", "h"), (bytes_p, h))
+        inv0 = bytes_p*(h*h)
     call = _runtime.Call(
         "dp_legacy_att_mm_bytes",
-        ("bytes_p", "h", "t"),
-        (bytes_p, h, t),
+        ("bytes_p", "h", "t", "inv0"),
+        (bytes_p, h, t, inv0),
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, t in call.blocks():
-        # out = bytes_p*(h*h)/t
-        numpy.multiply(h, h, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.divide(out, t, out=out)
+    for out, bytes_p, h, t, inv0 in call.blocks():
+        # out = inv0/t
+        numpy.divide(inv0, t, out=out)
     return call.out
 
 
@@ -564,25 +568,29 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_p, h, hff, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_p, h, hff, t) = _runtime.floats(xp, (bytes_p, h, hff, t))
         out = bytes_p*h*hff/t
         return _runtime.broadcast(xp, out, (bytes_p, h, hff, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_p*h*hff
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h, hff) = _runtime.reals("dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff"), (bytes_p, h, hff))
+        inv0 = bytes_p*h*hff
     call = _runtime.Call(
         "dp_legacy_ff_mm_bytes",
-        ("bytes_p", "h", "hff", "t"),
-        (bytes_p, h, hff, t),
+        ("bytes_p", "h", "hff", "t", "inv0"),
+        (bytes_p, h, hff, t, inv0),
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, hff, t in call.blocks():
-        # out = bytes_p*h*hff/t
-        numpy.multiply(hff, bytes_p, out=out)
-        numpy.multiply(out, h, out=out)
-        numpy.divide(out, t, out=out)
+    for out, bytes_p, h, hff, t, inv0 in call.blocks():
+        # out = inv0/t
+        numpy.divide(inv0, t, out=out)
     return call.out
 
 
@@ -606,25 +614,29 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_norm, h, sp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_norm, h, sp) = _runtime.floats(xp, (bytes_norm, h, sp))
         out = 2*bytes_norm*h/sp
         return _runtime.broadcast(xp, out, (bytes_norm, h, sp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_norm*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_norm, h) = _runtime.reals("dp_legacy_norm_op_bytes", ("bytes_norm", "h"), (bytes_norm, h))
+        inv0 = 2*bytes_norm*h
     call = _runtime.Call(
         "dp_legacy_norm_op_bytes",
-        ("bytes_norm", "h", "sp"),
-        (bytes_norm, h, sp),
+        ("bytes_norm", "h", "sp", "inv0"),
+        (bytes_norm, h, sp, inv0),
         reals=0,
         masks=0,
     )
-    for out, bytes_norm, h, sp in call.blocks():
-        # out = 2*bytes_norm*h/sp
-        numpy.multiply(bytes_norm, h, out=out)
-        numpy.divide(out, sp, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for out, bytes_norm, h, sp, inv0 in call.blocks():
+        # out = inv0/sp
+        numpy.divide(inv0, sp, out=out)
     return call.out
 
 
@@ -651,28 +663,29 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_p, h, hff_exp, n_exp, n_shared_exp, t) = _runtime.floats(xp, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
         out = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)/t
         return _runtime.broadcast(xp, out, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h, hff_exp, n_exp, n_shared_exp) = _runtime.reals("dp_legacy_exp_ff_mm_bytes", ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"), (bytes_p, h, hff_exp, n_exp, n_shared_exp))
+        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
     call = _runtime.Call(
         "dp_legacy_exp_ff_mm_bytes",
-        ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
-        (bytes_p, h, hff_exp, n_exp, n_shared_exp, t),
+        ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t", "inv0"),
+        (bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0),
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t in call.blocks():
-        # out = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)/t
-        numpy.add(n_shared_exp, n_exp, out=out)
-        numpy.multiply(out, hff_exp, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.multiply(out, h, out=out)
-        numpy.divide(out, t, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0 in call.blocks():
+        # out = inv0/t
+        numpy.divide(inv0, t, out=out)
     return call.out
 
 
@@ -700,32 +713,38 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard) = _runtime.floats(xp, (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
         out = xp.where(xp.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp - 1)*xp.where(xp.equal(n_exp, 1), 0.0625, 0.8*1/xp.maximum(1, ep/device_intra_node_num))/d)
         return _runtime.broadcast(xp, out, (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/device_intra_node_num
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (device_intra_node_num,) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num",), (device_intra_node_num,))
+            inv0 = 1/device_intra_node_num
     call = _runtime.Call(
         "dp_legacy_ratio",
-        ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard"),
-        (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard),
+        ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv0"),
+        (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv0),
         reals=1,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard in call.blocks():
+        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv0 in call.blocks():
             # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
-            #     1)*numpy.where(numpy.equal(n_exp, 1), 0.0625, 0.8*1/numpy.maximum(1,
-            #     ep/device_intra_node_num))/d)
+            #     1)*numpy.where(numpy.equal(n_exp, 1), 0.0625, 0.8*1/numpy.maximum(1, ep*inv0))/d)
             numpy.equal(comm_d_non_exp, 0.0, out=m0)
             if not m0.all():
                 numpy.subtract(comm_d_non_exp, 1.0, out=out)
                 numpy.equal(n_exp, 1.0, out=m1)
                 if not m1.all():
-                    numpy.divide(ep, device_intra_node_num, out=r0)
+                    numpy.multiply(inv0, ep, out=r0)
                     numpy.maximum(r0, 1.0, out=r0)
                     numpy.divide(0.8, r0, out=r0)
                 numpy.copyto(r0, 0.0625, where=m1)

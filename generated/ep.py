@@ -51,41 +51,43 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep - 1)/(cp*ep))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*h*n_chosen_exp*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("ep_balanced_layer_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
+            inv0 = 2*bytes_compute*h*n_chosen_exp*s
     call = _runtime.Call(
         "ep_balanced_layer_bytes",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s"),
-        (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s),
+        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s", "inv0"),
+        (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0),
         reals=1,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s in call.blocks():
+        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep
-            #     - 1)/(cp*ep))
+            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv0*mb*(ep - 1)/(cp*ep))
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, n_chosen_exp, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
                 numpy.multiply(out, mb, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, ep, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -116,38 +118,42 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep - 1)/ep)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*h
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h) = _runtime.reals("ep_imbalanced_layer_bytes", ("bytes_compute", "h"), (bytes_compute, h))
+            inv0 = 2*bytes_compute*h
     call = _runtime.Call(
         "ep_imbalanced_layer_bytes",
-        ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb"),
-        (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb),
+        ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb", "inv0"),
+        (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0),
         reals=0,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb in call.blocks():
+        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep
-            #     - 1)/ep)
+            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv0*max_rank_tokens*mb*(ep - 1)/ep)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, comm_ep, out=out)
                 numpy.multiply(out, max_rank_tokens, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
                 numpy.multiply(out, mb, out=out)
-                numpy.multiply(out, h, out=out)
                 numpy.divide(out, ep, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -181,25 +187,32 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
         out = 4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/xp.minimum(device_intra_node_num, ep) + xp.where(xp.less(device_intra_node_num, ep), device_intra_node_num*os_max_shard/ep, 0))*xp.maximum(4, os_max_shard)/t
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_legacy_ff_mm_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
     call = _runtime.Call(
         "ep_legacy_ff_mm_bytes",
-        ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t"),
-        (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t),
+        ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t", "inv0"),
+        (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t in call.blocks():
-            # out = 4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/numpy.minimum(device_i
-            #     ntra_node_num, ep) + numpy.where(numpy.less(device_intra_node_num, ep),
+        for out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0 in call.blocks():
+            # out = b*inv0*(os_max_shard/numpy.minimum(device_intra_node_num, ep) +
+            #     numpy.where(numpy.less(device_intra_node_num, ep),
             #     device_intra_node_num*os_max_shard/ep, 0))*numpy.maximum(4, os_max_shard)/t
             numpy.minimum(device_intra_node_num, ep, out=r0)
             numpy.divide(os_max_shard, r0, out=out)
@@ -211,12 +224,7 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
             numpy.add(out, r0, out=out)
             numpy.maximum(4.0, os_max_shard, out=r0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, n_chosen_exp, out=out)
-            numpy.multiply(out, bytes_compute, out=out)
-            numpy.multiply(out, cap_fact, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
             numpy.divide(out, t, out=out)
-            numpy.multiply(out, 4.0, out=out)
     return call.out

@@ -72,7 +72,7 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -82,14 +82,20 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         tmp2 = xp.maximum(1, part_held/xp.maximum(1, part_sharded))
         out = part_size*tmp0*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/tmp1
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_part_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
     call = _runtime.Call(
         "fsdp_part_traffic_bytes",
-        ("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
-        (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces),
+        ("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces", "inv0"),
+        (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces, inv0),
         reals=4,
         masks=0,
     )
-    for out, r0, r1, r2, r3, bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces in call.blocks():
+    for out, r0, r1, r2, r3, bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces, inv0 in call.blocks():
         # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
         numpy.maximum(1.0, part_computed, out=r0)
         numpy.divide(1.0, r0, out=r0)
@@ -100,17 +106,16 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         numpy.maximum(1.0, part_sharded, out=r2)
         numpy.divide(part_held, r2, out=r2)
         numpy.maximum(r2, 1.0, out=r2)
-        # out = part_size*tmp0*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad +
-        #     bytes_p*gathers)*(tmp1 - 1))/tmp1
+        # out = part_size*tmp0*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1
+        #     - 1))/tmp1
         numpy.subtract(r1, 1.0, out=out)
-        numpy.multiply(gathers, bytes_p, out=r3)
+        numpy.multiply(bytes_p, gathers, out=r3)
         numpy.add(r3, bytes_grad, out=r3)
         numpy.multiply(out, r3, out=out)
         numpy.subtract(r2, 1.0, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
         numpy.multiply(r3, reduces, out=r3)
-        numpy.multiply(r3, bytes_grad, out=r3)
         numpy.divide(r3, r2, out=r3)
-        numpy.multiply(r3, 2.0, out=r3)
         numpy.add(out, r3, out=out)
         numpy.multiply(out, r0, out=out)
         numpy.multiply(out, part_size, out=out)
@@ -144,23 +149,29 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces) = _runtime.floats(xp, (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
         tmp0 = 1/xp.maximum(1, part_computed)
         tmp1 = xp.maximum(1, part_held/xp.maximum(1, part_sharded))
-        out = bytes_grad*part_size*reduces*tmp0*(2*tmp1 - 2)/(tmp1*xp.maximum(1, part_sharded*tmp0))
+        out = 2*bytes_grad*part_size*reduces*tmp0*(tmp1 - 1)/(tmp1*xp.maximum(1, part_sharded*tmp0))
         return _runtime.broadcast(xp, out, (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_part_reduce_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
     call = _runtime.Call(
         "fsdp_part_reduce_traffic_bytes",
-        ("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
-        (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces),
+        ("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces", "inv0"),
+        (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces, inv0),
         reals=3,
         masks=0,
     )
-    for out, r0, r1, r2, bytes_grad, part_computed, part_held, part_sharded, part_size, reduces in call.blocks():
+    for out, r0, r1, r2, bytes_grad, part_computed, part_held, part_sharded, part_size, reduces, inv0 in call.blocks():
         # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
         numpy.maximum(1.0, part_computed, out=r0)
         numpy.divide(1.0, r0, out=r0)
@@ -168,14 +179,12 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
         numpy.maximum(1.0, part_sharded, out=r1)
         numpy.divide(part_held, r1, out=r1)
         numpy.maximum(r1, 1.0, out=r1)
-        # out = bytes_grad*part_size*reduces*tmp0*(2*tmp1 - 2)/(tmp1*numpy.maximum(1,
-        #     part_sharded*tmp0))
-        numpy.multiply(r1, 2.0, out=out)
-        numpy.subtract(out, 2.0, out=out)
+        # out = inv0*part_size*reduces*tmp0*(tmp1 - 1)/(tmp1*numpy.maximum(1, part_sharded*tmp0))
+        numpy.subtract(r1, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, r0, out=out)
         numpy.multiply(out, part_size, out=out)
         numpy.multiply(out, reduces, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
         numpy.multiply(r0, part_sharded, out=r2)
         numpy.maximum(r2, 1.0, out=r2)
         numpy.multiply(r2, r1, out=r2)
@@ -546,7 +555,7 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 54.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 53.
     xp = _runtime.namespace((P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -567,19 +576,25 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = tmp14*tmp9*(tmp15 - 1)/tmp15 + tmp2*tmp3*(tmp1 - 1) + tmp6*tmp7*(tmp5 - 1) + tmp6*tmp9*(tmp8 - 1) + tmp14*tmp7*(tmp13 - 1)/tmp13 + tmp12*tmp3*(tmp11 - 1)/tmp11
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_layer_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
     call = _runtime.Call(
         "fsdp_layer_traffic_bytes",
-        ("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
-        (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp),
+        ("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp", "inv0"),
+        (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0),
         reals=14,
         masks=0,
     )
-    for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp in call.blocks():
+    for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0 in call.blocks():
         # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
         numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         # tmp2 = bytes_grad + bytes_p*gathers -> r1
-        numpy.multiply(gathers, bytes_p, out=r1)
+        numpy.multiply(bytes_p, gathers, out=r1)
         numpy.add(r1, bytes_grad, out=r1)
         # tmp3 = P_ne/(t*tmp1) -> r2
         numpy.multiply(r0, t, out=r2)
@@ -603,9 +618,8 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         numpy.multiply(r8, t, out=r9)
         numpy.divide(r9, shard_p_os_non_exp_partial, out=r9)
         numpy.maximum(r9, 1.0, out=r9)
-        # tmp12 = 2*bytes_grad*reduces -> r10
-        numpy.multiply(reduces, bytes_grad, out=r10)
-        numpy.multiply(r10, 2.0, out=r10)
+        # tmp12 = inv0*reduces -> r10
+        numpy.multiply(inv0, reduces, out=r10)
         # tmp13 = numpy.maximum(1, t_exp*tmp10/shard_p_os_exp_partial) -> r11
         numpy.multiply(r8, t_exp, out=r11)
         numpy.divide(r11, shard_p_os_exp_partial, out=r11)
@@ -684,7 +698,7 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -695,14 +709,20 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         tmp5 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = 2*bytes_grad*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*xp.maximum(1, shard_p_os_non_exp_partial/t)) + P_r*(tmp5 - 1)/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)) + P_s*(tmp4 - 1)/(t_exp*tmp4*xp.maximum(1, shard_p_os_exp_partial/t_exp)))
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_layer_reduce_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
     call = _runtime.Call(
         "fsdp_layer_reduce_traffic_bytes",
-        ("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
-        (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp),
+        ("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp", "inv0"),
+        (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0),
         reals=5,
         masks=0,
     )
-    for out, r0, r1, r2, r3, r4, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp in call.blocks():
+    for out, r0, r1, r2, r3, r4, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0 in call.blocks():
         # tmp1 = cp*d -> r0
         numpy.multiply(cp, d, out=r0)
         # tmp2 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r1
@@ -718,7 +738,7 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         numpy.multiply(r0, t_exp, out=r0)
         numpy.divide(r0, shard_p_os_exp, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
-        # out = 2*bytes_grad*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*numpy.maximum(1,
+        # out = inv0*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*numpy.maximum(1,
         #     shard_p_os_non_exp_partial/t)) + P_r*(tmp5 - 1)/(ep*t_exp*tmp5*numpy.maximum(1,
         #     shard_p_os_exp/t_exp)) + P_s*(tmp4 - 1)/(t_exp*tmp4*numpy.maximum(1,
         #     shard_p_os_exp_partial/t_exp)))
@@ -746,9 +766,8 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         numpy.multiply(r4, t_exp, out=r4)
         numpy.divide(r3, r4, out=r3)
         numpy.add(out, r3, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, reduces, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(out, 2.0, out=out)
     return call.out
 
 
@@ -782,7 +801,7 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -793,14 +812,22 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         tmp3 = xp.maximum(1, d*tmp0)
         out = h*tmp1*v*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+        inv1 = h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad
+        inv1 = h*v
     call = _runtime.Call(
         "fsdp_embedding_traffic_bytes",
-        ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v"),
-        (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v),
+        ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v", "inv0", "inv1"),
+        (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v, inv0, inv1),
         reals=4,
         masks=0,
     )
-    for out, r0, r1, r2, r3, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v in call.blocks():
+    for out, r0, r1, r2, r3, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v, inv0, inv1 in call.blocks():
         # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
         numpy.maximum(1.0, gather_embed, out=r0)
         numpy.divide(1.0, r0, out=r0)
@@ -814,21 +841,19 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         # tmp3 = numpy.maximum(1, d*tmp0) -> r3
         numpy.multiply(r0, d, out=r3)
         numpy.maximum(r3, 1.0, out=r3)
-        # out = h*tmp1*v*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad +
-        #     bytes_p*gathers)*(tmp2 - 1))/tmp2
+        # out = inv1*tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
+        #     1))/tmp2
         numpy.subtract(r2, 1.0, out=out)
-        numpy.multiply(gathers, bytes_p, out=r0)
+        numpy.multiply(bytes_p, gathers, out=r0)
         numpy.add(r0, bytes_grad, out=r0)
         numpy.multiply(out, r0, out=out)
         numpy.subtract(r3, 1.0, out=r0)
+        numpy.multiply(r0, inv0, out=r0)
         numpy.multiply(r0, reduces, out=r0)
-        numpy.multiply(r0, bytes_grad, out=r0)
         numpy.divide(r0, r3, out=r0)
-        numpy.multiply(r0, 2.0, out=r0)
         numpy.add(out, r0, out=out)
+        numpy.multiply(out, inv1, out=out)
         numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, h, out=out)
-        numpy.multiply(out, v, out=out)
         numpy.divide(out, r2, out=out)
     return call.out
 
@@ -859,7 +884,7 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -867,16 +892,22 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
         tmp0 = 1/xp.maximum(1, gather_embed)
         tmp1 = xp.maximum(1, d*tmp0)
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
-        out = bytes_grad*h*reduces*tmp2*v*(2*tmp1 - 2)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        out = 2*bytes_grad*h*reduces*tmp2*v*(tmp1 - 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad*h*v
     call = _runtime.Call(
         "fsdp_embedding_reduce_traffic_bytes",
-        ("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v"),
-        (bytes_grad, d, gather_embed, h, reduces, shard_embed, v),
+        ("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v", "inv0"),
+        (bytes_grad, d, gather_embed, h, reduces, shard_embed, v, inv0),
         reals=3,
         masks=0,
     )
-    for out, r0, r1, r2, bytes_grad, d, gather_embed, h, reduces, shard_embed, v in call.blocks():
+    for out, r0, r1, r2, bytes_grad, d, gather_embed, h, reduces, shard_embed, v, inv0 in call.blocks():
         # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
         numpy.maximum(1.0, gather_embed, out=r0)
         numpy.divide(1.0, r0, out=r0)
@@ -887,14 +918,11 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
         numpy.multiply(r0, shard_embed, out=r2)
         numpy.maximum(r2, 1.0, out=r2)
         numpy.divide(1.0, r2, out=r2)
-        # out = bytes_grad*h*reduces*tmp2*v*(2*tmp1 - 2)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
-        numpy.multiply(r1, 2.0, out=out)
-        numpy.subtract(out, 2.0, out=out)
+        # out = inv0*reduces*tmp2*(tmp1 - 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+        numpy.subtract(r1, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, r2, out=out)
         numpy.multiply(out, reduces, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(out, h, out=out)
-        numpy.multiply(out, v, out=out)
         numpy.multiply(r2, shard_embed, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         numpy.multiply(r0, r1, out=r0)
@@ -935,7 +963,7 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -946,16 +974,25 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
         tmp3 = xp.maximum(1, d*tmp0)
         out = tmp1*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_grad
+            inv1 = h*v
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+            inv0 = 2*bytes_grad
+            inv1 = h*v
     call = _runtime.Call(
         "fsdp_tied_embedding_traffic_bytes",
-        ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v"),
-        (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v),
+        ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
+        (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1),
         reals=4,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v in call.blocks():
+        for out, r0, r1, r2, r3, m0, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -969,19 +1006,18 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
             # tmp3 = numpy.maximum(1, d*tmp0) -> r3
             numpy.multiply(r0, d, out=r3)
             numpy.maximum(r3, 1.0, out=r3)
-            # out = tmp1*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad +
-            #     bytes_p*gathers)*(tmp2 - 1))*numpy.where(numpy.less_equal(p, 1), 0, h*v)/tmp2
+            # out = tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
+            #     1))*numpy.where(numpy.less_equal(p, 1), 0, inv1)/tmp2
             numpy.subtract(r2, 1.0, out=out)
-            numpy.multiply(gathers, bytes_p, out=r0)
+            numpy.multiply(bytes_p, gathers, out=r0)
             numpy.add(r0, bytes_grad, out=r0)
             numpy.multiply(out, r0, out=out)
             numpy.subtract(r3, 1.0, out=r0)
+            numpy.multiply(r0, inv0, out=r0)
             numpy.multiply(r0, reduces, out=r0)
-            numpy.multiply(r0, bytes_grad, out=r0)
             numpy.divide(r0, r3, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
             numpy.add(out, r0, out=out)
-            numpy.multiply(h, v, out=r0)
+            numpy.copyto(r0, inv1)
             numpy.less_equal(p, 1.0, out=m0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
@@ -1017,7 +1053,7 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1025,18 +1061,27 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
         tmp0 = 1/xp.maximum(1, gather_embed)
         tmp1 = xp.maximum(1, d*tmp0)
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
-        out = bytes_grad*reduces*tmp2*(2*tmp1 - 2)*xp.where(xp.less_equal(p, 1), 0, h*v)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        out = 2*bytes_grad*reduces*tmp2*(tmp1 - 1)*xp.where(xp.less_equal(p, 1), 0, h*v)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = h*v
+            inv1 = 2*bytes_grad
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+            inv0 = h*v
+            inv1 = 2*bytes_grad
     call = _runtime.Call(
         "fsdp_tied_embedding_reduce_traffic_bytes",
-        ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v"),
-        (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v),
+        ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
+        (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1),
         reals=3,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v in call.blocks():
+        for out, r0, r1, r2, m0, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -1047,17 +1092,16 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(1.0, r2, out=r2)
-            # out = bytes_grad*reduces*tmp2*(2*tmp1 - 2)*numpy.where(numpy.less_equal(p, 1), 0,
-            #     h*v)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
-            numpy.multiply(r1, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.multiply(h, v, out=r0)
+            # out = inv1*reduces*tmp2*(tmp1 - 1)*numpy.where(numpy.less_equal(p, 1), 0,
+            #     inv0)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+            numpy.subtract(r1, 1.0, out=out)
+            numpy.copyto(r0, inv0)
             numpy.less_equal(p, 1.0, out=m0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
             numpy.multiply(out, reduces, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
             numpy.multiply(r2, shard_embed, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
             numpy.multiply(r0, r1, out=r0)
@@ -1095,7 +1139,7 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1104,14 +1148,22 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         tmp2 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = v*(h + 1)*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+        inv1 = v*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_output_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad
+        inv1 = v*(h + 1)
     call = _runtime.Call(
         "fsdp_output_traffic_bytes",
-        ("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
-        (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v),
-        reals=4,
+        ("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v", "inv0", "inv1"),
+        (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v, inv0, inv1),
+        reals=3,
         masks=0,
     )
-    for out, r0, r1, r2, r3, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v in call.blocks():
+    for out, r0, r1, r2, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v, inv0, inv1 in call.blocks():
         # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
         numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
@@ -1120,21 +1172,18 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         numpy.multiply(r1, t, out=r1)
         numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
         numpy.maximum(r1, 1.0, out=r1)
-        # out = v*(h + 1)*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad +
-        #     bytes_p*gathers)*(tmp1 - 1))/(t*tmp1)
-        numpy.add(1.0, h, out=out)
-        numpy.subtract(r0, 1.0, out=r2)
-        numpy.multiply(gathers, bytes_p, out=r3)
-        numpy.add(r3, bytes_grad, out=r3)
-        numpy.multiply(r2, r3, out=r2)
-        numpy.subtract(r1, 1.0, out=r3)
-        numpy.multiply(r3, reduces, out=r3)
-        numpy.multiply(r3, bytes_grad, out=r3)
-        numpy.divide(r3, r1, out=r3)
-        numpy.multiply(r3, 2.0, out=r3)
-        numpy.add(r2, r3, out=r2)
+        # out = inv1*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 -
+        #     1))/(t*tmp1)
+        numpy.subtract(r0, 1.0, out=out)
+        numpy.multiply(bytes_p, gathers, out=r2)
+        numpy.add(r2, bytes_grad, out=r2)
         numpy.multiply(out, r2, out=out)
-        numpy.multiply(out, v, out=out)
+        numpy.subtract(r1, 1.0, out=r2)
+        numpy.multiply(r2, inv0, out=r2)
+        numpy.multiply(r2, reduces, out=r2)
+        numpy.divide(r2, r1, out=r2)
+        numpy.add(out, r2, out=out)
+        numpy.multiply(out, inv1, out=out)
         numpy.multiply(r0, t, out=r2)
         numpy.divide(out, r2, out=out)
     return call.out
@@ -1166,36 +1215,37 @@ def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_o
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v) = _runtime.floats(xp, (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
-        out = bytes_grad*reduces*(2*tmp1 - 2)*(h*v + v)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        out = 2*bytes_grad*reduces*v*(h + 1)*(tmp1 - 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad*v*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_output_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad*v*(h + 1)
     call = _runtime.Call(
         "fsdp_output_reduce_traffic_bytes",
-        ("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
-        (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v),
+        ("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v", "inv0"),
+        (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v, inv0),
         reals=2,
         masks=0,
     )
-    for out, r0, r1, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v in call.blocks():
+    for out, r0, r1, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v, inv0 in call.blocks():
         # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
         numpy.multiply(cp, d, out=r0)
         numpy.multiply(r0, t, out=r0)
         numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
-        # out = bytes_grad*reduces*(2*tmp1 - 2)*(h*v + v)/(t*tmp1*numpy.maximum(1,
-        #     shard_p_os_non_exp_partial/t))
-        numpy.multiply(r0, 2.0, out=out)
-        numpy.subtract(out, 2.0, out=out)
-        numpy.multiply(h, v, out=r1)
-        numpy.add(r1, v, out=r1)
-        numpy.multiply(out, r1, out=out)
+        # out = inv0*reduces*(tmp1 - 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+        numpy.subtract(r0, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, reduces, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
         numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
         numpy.maximum(r1, 1.0, out=r1)
         numpy.multiply(r1, r0, out=r1)

@@ -43,25 +43,29 @@ def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
+    # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_compute, h, shard_embed, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, h, shard_embed, v) = _runtime.floats(xp, (bytes_compute, h, shard_embed, v))
         out = bytes_compute*h*v/shard_embed
         return _runtime.broadcast(xp, out, (bytes_compute, h, shard_embed, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, v) = _runtime.reals("model_legacy_embed_bytes", ("bytes_compute", "h", "v"), (bytes_compute, h, v))
+        inv0 = bytes_compute*h*v
     call = _runtime.Call(
         "model_legacy_embed_bytes",
-        ("bytes_compute", "h", "shard_embed", "v"),
-        (bytes_compute, h, shard_embed, v),
+        ("bytes_compute", "h", "shard_embed", "v", "inv0"),
+        (bytes_compute, h, shard_embed, v, inv0),
         reals=0,
         masks=0,
     )
-    for out, bytes_compute, h, shard_embed, v in call.blocks():
-        # out = bytes_compute*h*v/shard_embed
-        numpy.multiply(bytes_compute, h, out=out)
-        numpy.multiply(out, v, out=out)
-        numpy.divide(out, shard_embed, out=out)
+    for out, bytes_compute, h, shard_embed, v, inv0 in call.blocks():
+        # out = inv0/shard_embed
+        numpy.divide(inv0, shard_embed, out=out)
     return call.out
 
 
@@ -85,22 +89,27 @@ def model_legacy_output_elements(*, h, t, v):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
+    # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((h, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (h, t, v) = _runtime.floats(xp, (h, t, v))
         out = h*v/t
         return _runtime.broadcast(xp, out, (h, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, v) = _runtime.reals("model_legacy_output_elements", ("h", "v"), (h, v))
+        inv0 = h*v
     call = _runtime.Call(
         "model_legacy_output_elements",
-        ("h", "t", "v"),
-        (h, t, v),
+        ("h", "t", "v", "inv0"),
+        (h, t, v, inv0),
         reals=0,
         masks=0,
     )
-    for out, h, t, v in call.blocks():
-        # out = h*v/t
-        numpy.multiply(h, v, out=out)
-        numpy.divide(out, t, out=out)
+    for out, h, t, v, inv0 in call.blocks():
+        # out = inv0/t
+        numpy.divide(inv0, t, out=out)
     return call.out

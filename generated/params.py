@@ -71,7 +71,7 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -82,60 +82,33 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
         tmp3 = 0.25*n_attMM
         out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp1 = h + qkv_bias
+            tmp2 = a*tmp0
+            tmp3 = 0.25*n_attMM
+            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("params_standard_dense_non_expert_params", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp1 = h + qkv_bias
+            tmp2 = a*tmp0
+            tmp3 = 0.25*n_attMM
+            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
     call = _runtime.Call(
         "params_standard_dense_non_expert_params",
-        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"),
-        (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias),
-        reals=6,
-        masks=1,
+        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "inv0"),
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # tmp1 = h + qkv_bias -> r1
-            numpy.add(qkv_bias, h, out=r1)
-            # tmp2 = a*tmp0 -> r2
-            numpy.multiply(r0, a, out=r2)
-            # tmp3 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) +
-            #     0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate
-            #     + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            numpy.add(n_shared_exp, n_exp, out=out)
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.multiply(hff, n_ffMM, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(r0, n_qknorm, out=r4)
-            numpy.multiply(r4, 2.0, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(r2, o_bias, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(1.0, norm_bias, out=r4)
-            numpy.multiply(r4, layer_norms, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(1.0, attn_output_gate, out=r4)
-            numpy.multiply(r4, r1, out=r4)
-            numpy.multiply(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, r1, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            numpy.multiply(r4, n_kv, out=r4)
-            numpy.multiply(r4, 0.5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(out, attn_extra_p, out=out)
+        for out, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0 in call.blocks():
+            # out = inv0
+            numpy.copyto(out, inv0)
     return call.out
 
 
@@ -236,7 +209,7 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -247,52 +220,33 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
         tmp3 = 0.25*n_attMM
         out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp1 = h + qkv_bias
+            tmp2 = a*tmp0
+            tmp3 = 0.25*n_attMM
+            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias) = _runtime.reals("params_standard_moe_non_expert_params", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp1 = h + qkv_bias
+            tmp2 = a*tmp0
+            tmp3 = 0.25*n_attMM
+            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
     call = _runtime.Call(
         "params_standard_moe_non_expert_params",
-        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"),
-        (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias),
-        reals=5,
-        masks=1,
+        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "inv0"),
+        (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # tmp1 = h + qkv_bias -> r1
-            numpy.add(qkv_bias, h, out=r1)
-            # tmp2 = a*tmp0 -> r2
-            numpy.multiply(r0, a, out=r2)
-            # tmp3 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2)
-            #     + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 +
-            #     tmp1*tmp2*tmp3*(attn_output_gate + 1)
-            numpy.multiply(h, n_exp, out=out)
-            numpy.multiply(r0, n_qknorm, out=r4)
-            numpy.multiply(r4, 2.0, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(r2, o_bias, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(1.0, norm_bias, out=r4)
-            numpy.multiply(r4, layer_norms, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(1.0, attn_output_gate, out=r4)
-            numpy.multiply(r4, r1, out=r4)
-            numpy.multiply(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, r1, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            numpy.multiply(r4, n_kv, out=r4)
-            numpy.multiply(r4, 0.5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.add(out, attn_extra_p, out=out)
+        for out, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0 in call.blocks():
+            # out = inv0
+            numpy.copyto(out, inv0)
     return call.out
 
 
@@ -319,7 +273,7 @@ def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -327,24 +281,30 @@ def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM
         tmp0 = hff_exp/xp.maximum(1, etp)
         out = n_exp*(h*n_ffMM*tmp0 + mlp_bias*(h + tmp0*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, n_ffMM) = _runtime.reals("params_moe_routed_experts_params", ("h", "n_ffMM"), (h, n_ffMM))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
     call = _runtime.Call(
         "params_moe_routed_experts_params",
-        ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"),
-        (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM),
+        ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "inv0", "inv1"),
+        (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, inv0, inv1),
         reals=2,
         masks=0,
     )
-    for out, r0, r1, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM in call.blocks():
+    for out, r0, r1, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, inv0, inv1 in call.blocks():
         # tmp0 = hff_exp/numpy.maximum(1, etp) -> r0
         numpy.maximum(1.0, etp, out=r0)
         numpy.divide(hff_exp, r0, out=r0)
-        # out = n_exp*(h*n_ffMM*tmp0 + mlp_bias*(h + tmp0*(n_ffMM - 1)))
-        numpy.subtract(n_ffMM, 1.0, out=out)
-        numpy.multiply(out, r0, out=out)
+        # out = n_exp*(inv1*tmp0 + mlp_bias*(h + inv0*tmp0))
+        numpy.multiply(inv0, r0, out=out)
         numpy.add(out, h, out=out)
         numpy.multiply(out, mlp_bias, out=out)
-        numpy.multiply(r0, n_ffMM, out=r1)
-        numpy.multiply(r1, h, out=r1)
+        numpy.multiply(inv1, r0, out=r1)
         numpy.add(out, r1, out=out)
         numpy.multiply(out, n_exp, out=out)
     return call.out
@@ -450,7 +410,7 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 42.
+    # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -458,63 +418,27 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
         tmp0 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_dense_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
     call = _runtime.Call(
         "params_mla_q_latent_dense_non_expert_params",
-        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
-        (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim),
-        reals=3,
-        masks=1,
+        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
+        (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r0
-            numpy.copyto(r0, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r0, qk_nope_head_dim, where=m0)
-            # out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h +
-            #     dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            numpy.add(n_shared_exp, n_exp, out=out)
-            numpy.subtract(n_ffMM, 1.0, out=r1)
-            numpy.multiply(r1, hff, out=r1)
-            numpy.add(r1, h, out=r1)
-            numpy.multiply(r1, mlp_bias, out=r1)
-            numpy.multiply(hff, n_ffMM, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(out, r1, out=out)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, n_qknorm, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.multiply(dc_q, h, out=r1)
-            numpy.add(dc_kv, dhr, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dh, out=r2)
-            numpy.multiply(r2, dc_kv, out=r2)
-            numpy.multiply(r2, n_kv, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dhr, out=r2)
-            numpy.multiply(r2, dc_q, out=r2)
-            numpy.multiply(r2, a, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(dh, a, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r1, dc_kv, out=r1)
-            numpy.add(r1, dc_q, out=r1)
-            numpy.multiply(r1, n_attMM, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(1.0, norm_bias, out=r1)
-            numpy.multiply(r1, layer_norms, out=r1)
-            numpy.multiply(r1, h, out=r1)
-            numpy.add(out, r1, out=out)
+        for out, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
+            # out = inv0
+            numpy.copyto(out, inv0)
     return call.out
 
 
@@ -553,7 +477,7 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -561,54 +485,27 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
         tmp0 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_moe_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
     call = _runtime.Call(
         "params_mla_q_latent_moe_non_expert_params",
-        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
-        (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim),
-        reals=3,
-        masks=1,
+        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
+        (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r0
-            numpy.copyto(r0, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r0, qk_nope_head_dim, where=m0)
-            # out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) +
-            #     a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            numpy.multiply(h, n_exp, out=out)
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            numpy.multiply(r1, n_qknorm, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.multiply(dc_q, h, out=r1)
-            numpy.add(dc_kv, dhr, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dh, out=r2)
-            numpy.multiply(r2, dc_kv, out=r2)
-            numpy.multiply(r2, n_kv, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r0, dhr, out=r2)
-            numpy.multiply(r2, dc_q, out=r2)
-            numpy.multiply(r2, a, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(dh, a, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r1, dc_kv, out=r1)
-            numpy.add(r1, dc_q, out=r1)
-            numpy.multiply(r1, n_attMM, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(1.0, norm_bias, out=r1)
-            numpy.multiply(r1, layer_norms, out=r1)
-            numpy.multiply(r1, h, out=r1)
-            numpy.add(out, r1, out=out)
+        for out, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
+            # out = inv0
+            numpy.copyto(out, inv0)
     return call.out
 
 
@@ -651,7 +548,7 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -660,60 +557,29 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
         tmp1 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = a*h
+            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_direct_dense_non_expert_params", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            tmp0 = a*h
+            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
     call = _runtime.Call(
         "params_mla_q_direct_dense_non_expert_params",
-        ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
-        (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim),
-        reals=4,
-        masks=1,
+        ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
+        (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim in call.blocks():
-            # tmp0 = a*h -> r0
-            numpy.multiply(a, h, out=r0)
-            # tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r1
-            numpy.copyto(r1, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r1, qk_nope_head_dim, where=m0)
-            # out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv +
-            #     dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            numpy.add(n_shared_exp, n_exp, out=out)
-            numpy.subtract(n_ffMM, 1.0, out=r2)
-            numpy.multiply(r2, hff, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.multiply(hff, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(out, r2, out=out)
-            numpy.divide(h, a, out=r2)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r2, dh, where=m0)
-            numpy.multiply(r2, n_qknorm, out=r2)
-            numpy.multiply(r2, 2.0, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(r0, dh, out=r2)
-            numpy.add(r1, dhr, out=r3)
-            numpy.multiply(r3, r0, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r1, dh, out=r3)
-            numpy.multiply(r3, dc_kv, out=r3)
-            numpy.multiply(r3, n_kv, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            numpy.multiply(r2, n_attMM, out=r2)
-            numpy.multiply(r2, 0.25, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.add(1.0, norm_bias, out=r2)
-            numpy.multiply(r2, layer_norms, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(out, r2, out=out)
+        for out, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
+            # out = inv0
+            numpy.copyto(out, inv0)
     return call.out
 
 
@@ -751,7 +617,7 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -760,49 +626,27 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
         tmp1 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = a*h
+            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_direct_moe_non_expert_params", ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+            tmp0 = a*h
+            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
     call = _runtime.Call(
         "params_mla_q_direct_moe_non_expert_params",
-        ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
-        (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim),
-        reals=4,
-        masks=1,
+        ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
+        (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
+        reals=0,
+        masks=0,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim in call.blocks():
-            # tmp0 = a*h -> r0
-            numpy.multiply(a, h, out=r0)
-            # tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r1
-            numpy.copyto(r1, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r1, qk_nope_head_dim, where=m0)
-            # out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1)
-            #     + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            numpy.multiply(h, n_exp, out=out)
-            numpy.divide(h, a, out=r2)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r2, dh, where=m0)
-            numpy.multiply(r2, n_qknorm, out=r2)
-            numpy.multiply(r2, 2.0, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(r0, dh, out=r2)
-            numpy.add(r1, dhr, out=r3)
-            numpy.multiply(r3, r0, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r1, dh, out=r3)
-            numpy.multiply(r3, dc_kv, out=r3)
-            numpy.multiply(r3, n_kv, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            numpy.multiply(r2, n_attMM, out=r2)
-            numpy.multiply(r2, 0.25, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.add(1.0, norm_bias, out=r2)
-            numpy.multiply(r2, layer_norms, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            numpy.add(out, r2, out=out)
+        for out, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
+            # out = inv0
+            numpy.copyto(out, inv0)
     return call.out

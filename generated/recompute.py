@@ -71,29 +71,31 @@ def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, comm_t, cp, h, hff, n_gather, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, cp, h, hff, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, n_gather, s))
         out = 0.25*(b*comm_t*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, n_gather, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, hff, n_gather, s) = _runtime.reals("recompute_tp_dense_full_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(h + hff))
     call = _runtime.Call(
         "recompute_tp_dense_full_elements",
-        ("b", "comm_t", "cp", "h", "hff", "n_gather", "s"),
-        (b, comm_t, cp, h, hff, n_gather, s),
+        ("b", "comm_t", "cp", "h", "hff", "n_gather", "s", "inv0"),
+        (b, comm_t, cp, h, hff, n_gather, s, inv0),
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, h, hff, n_gather, s in call.blocks():
-        # out = 0.25*(b*comm_t*n_gather*s*(h + hff)/cp)
-        numpy.add(hff, h, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, n_gather, out=out)
+    for out, b, comm_t, cp, h, hff, n_gather, s, inv0 in call.blocks():
+        # out = b*comm_t*inv0/cp
+        numpy.multiply(inv0, comm_t, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -124,31 +126,31 @@ def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, comm_t, cp, gather, h, hff, n_gather, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, cp, gather, h, hff, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, n_gather, s))
         out = 0.25*(b*comm_t*n_gather*s*(1 - gather)*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, n_gather, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (gather, h, hff, n_gather, s) = _runtime.reals("recompute_tp_dense_selective_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(1 - gather)*(h + hff))
     call = _runtime.Call(
         "recompute_tp_dense_selective_elements",
-        ("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s"),
-        (b, comm_t, cp, gather, h, hff, n_gather, s),
-        reals=1,
+        ("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s", "inv0"),
+        (b, comm_t, cp, gather, h, hff, n_gather, s, inv0),
+        reals=0,
         masks=0,
     )
-    for out, r0, b, comm_t, cp, gather, h, hff, n_gather, s in call.blocks():
-        # out = 0.25*(b*comm_t*n_gather*s*(1 - gather)*(h + hff)/cp)
-        numpy.subtract(1.0, gather, out=out)
-        numpy.add(hff, h, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, n_gather, out=out)
+    for out, b, comm_t, cp, gather, h, hff, n_gather, s, inv0 in call.blocks():
+        # out = b*comm_t*inv0/cp
+        numpy.multiply(inv0, comm_t, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -183,35 +185,43 @@ def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-        out = 0.25*(bytes_compute*comm_t*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
+        tmp0 = 0.25*(bytes_compute*n_gather)
+        out = comm_t*((h*h)*n_attMM*tmp0 + h*n_ffMM*tmp0*(hff_exp*n_shared_exp + hff_exp*n_exp/ep))/cp
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 0.25*(bytes_compute*n_gather)
+        inv0 = hff_exp*n_exp
+        inv1 = hff_exp*n_shared_exp
+        inv2 = h*n_ffMM*tmp0
+        inv3 = (h*h)*n_attMM*tmp0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.reals("recompute_tp_moe_full_bytes", ("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"), (bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+        tmp0 = 0.25*(bytes_compute*n_gather)
+        inv0 = hff_exp*n_exp
+        inv1 = hff_exp*n_shared_exp
+        inv2 = h*n_ffMM*tmp0
+        inv3 = (h*h)*n_attMM*tmp0
     call = _runtime.Call(
         "recompute_tp_moe_full_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp),
-        reals=1,
+        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
+        reals=0,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp +
-        #     n_exp/ep))/cp)
-        numpy.multiply(n_attMM, h, out=out)
-        numpy.divide(n_exp, ep, out=r0)
-        numpy.add(r0, n_shared_exp, out=r0)
-        numpy.multiply(r0, hff_exp, out=r0)
-        numpy.multiply(r0, n_ffMM, out=r0)
-        numpy.add(out, r0, out=out)
+    for out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3 in call.blocks():
+        # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
+        numpy.divide(inv0, ep, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(out, inv2, out=out)
+        numpy.add(out, inv3, out=out)
         numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -247,37 +257,39 @@ def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 0.25*(bytes_compute*h*n_gather*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather) = _runtime.reals("recompute_tp_moe_selective_bytes", ("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"), (bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather))
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 0.25*(bytes_compute*h*n_gather*(1 - gather))
     call = _runtime.Call(
         "recompute_tp_moe_selective_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp),
-        reals=2,
+        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
+        reals=0,
         masks=0,
     )
-    for out, r0, r1, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*h*n_gather*(1 - gather)*(h*n_attMM +
-        #     hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
-        numpy.subtract(1.0, gather, out=out)
-        numpy.multiply(n_attMM, h, out=r0)
-        numpy.divide(n_exp, ep, out=r1)
-        numpy.add(r1, n_shared_exp, out=r1)
-        numpy.multiply(r1, hff_exp, out=r1)
-        numpy.multiply(r1, n_ffMM, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2 in call.blocks():
+        # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
+        numpy.divide(n_exp, ep, out=out)
+        numpy.add(out, n_shared_exp, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(out, inv2, out=out)
         numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -308,40 +320,42 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*h*n_chosen_exp*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("recompute_ep_balanced_full_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
+            inv0 = 2*bytes_compute*h*n_chosen_exp*s
     call = _runtime.Call(
         "recompute_ep_balanced_full_bytes",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s"),
-        (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s),
+        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s", "inv0"),
+        (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0),
         reals=1,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s in call.blocks():
+        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep -
-            #     1)/(cp*ep))
+            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv0*(ep - 1)/(cp*ep))
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, n_chosen_exp, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, ep, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -370,37 +384,41 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, max_rank_tokens))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_ep, ep, h, max_rank_tokens) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, max_rank_tokens))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, max_rank_tokens))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*h
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h) = _runtime.reals("recompute_ep_imbalanced_full_bytes", ("bytes_compute", "h"), (bytes_compute, h))
+            inv0 = 2*bytes_compute*h
     call = _runtime.Call(
         "recompute_ep_imbalanced_full_bytes",
-        ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens"),
-        (bytes_compute, comm_ep, ep, h, max_rank_tokens),
+        ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "inv0"),
+        (bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0),
         reals=0,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens in call.blocks():
+        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep -
-            #     1)/ep)
+            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv0*max_rank_tokens*(ep - 1)/ep)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, comm_ep, out=out)
                 numpy.multiply(out, max_rank_tokens, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
-                numpy.multiply(out, h, out=out)
                 numpy.divide(out, ep, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
     return call.out
 
@@ -458,35 +476,38 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, s) = _runtime.reals("recompute_cp_ring_mha_full_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+            inv0 = 4*bytes_compute*h*s
     call = _runtime.Call(
         "recompute_cp_ring_mha_full_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
-        (b, bytes_compute, cp, h, s, t),
+        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, bytes_compute, cp, h, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp -
-            #     1)/(cp*t))
+        for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, h, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -517,39 +538,42 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, gather, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, gather, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*h*s
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, gather, h, s) = _runtime.reals("recompute_cp_ring_mha_selective_bytes", ("bytes_compute", "gather", "h", "s"), (bytes_compute, gather, h, s))
+            inv0 = 4*bytes_compute*h*s
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ring_mha_selective_bytes",
-        ("b", "bytes_compute", "cp", "gather", "h", "s", "t"),
-        (b, bytes_compute, cp, gather, h, s, t),
-        reals=2,
+        ("b", "bytes_compute", "cp", "gather", "h", "s", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, gather, h, s, t, inv0, inv1),
+        reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, gather, h, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*h*s*(cp - 1)/(cp*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, b, bytes_compute, cp, gather, h, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -576,36 +600,33 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, cp, dh, h, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, t) = _runtime.floats(xp, (a, cp, dh, h, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)
         return _runtime.broadcast(xp, out, (a, cp, dh, h, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h) = _runtime.reals("recompute_cp_linear_state_full_bytes", ("a", "dh", "h"), (a, dh, h))
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "recompute_cp_linear_state_full_bytes",
-        ("a", "cp", "dh", "h", "t"),
-        (a, cp, dh, h, t),
-        reals=1,
-        masks=2,
+        ("a", "cp", "dh", "h", "t", "inv0"),
+        (a, cp, dh, h, t, inv0),
+        reals=0,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, cp, dh, h, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 8*a*numpy.where(numpy.not_equal(dh,
-            #     0), (dh*dh), (h*h)/(a*a))/t)
+        for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+            numpy.divide(inv0, t, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=out)
-                numpy.multiply(a, a, out=r0)
-                numpy.divide(out, r0, out=out)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r0)
-                numpy.copyto(out, r0, where=m1)
-                numpy.multiply(out, a, out=out)
-                numpy.divide(out, t, out=out)
-                numpy.multiply(out, 8.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -636,40 +657,37 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, cp, dh, gather, h, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, t) = _runtime.floats(xp, (a, cp, dh, gather, h, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h) = _runtime.reals("recompute_cp_linear_state_selective_bytes", ("a", "dh", "gather", "h"), (a, dh, gather, h))
+            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_linear_state_selective_bytes",
-        ("a", "cp", "dh", "gather", "h", "t"),
-        (a, cp, dh, gather, h, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "t", "inv0", "inv1"),
+        (a, cp, dh, gather, h, t, inv0, inv1),
+        reals=0,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t))
-            numpy.subtract(1.0, gather, out=out)
+        for out, m0, a, cp, dh, gather, h, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+            numpy.divide(inv0, t, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -700,40 +718,38 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_full_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "recompute_cp_ring_gqa_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, n_kv, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, n_kv, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)/(cp*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.copyto(r0, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -767,45 +783,42 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "n_kv", "s"), (a, bytes_compute, dh, gather, n_kv, s))
+            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ring_gqa_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, gather, n_kv, s, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, n_kv, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -833,35 +846,38 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, s) = _runtime.reals("recompute_cp_ring_mqa_full_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+            inv0 = 4*bytes_compute*dh*s
     call = _runtime.Call(
         "recompute_cp_ring_mqa_full_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t"),
-        (b, bytes_compute, cp, dh, s, t),
+        ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, bytes_compute, cp, dh, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)/(cp*t))
+        for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, dh, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -892,39 +908,42 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, gather, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*dh*s
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, gather, s) = _runtime.reals("recompute_cp_ring_mqa_selective_bytes", ("bytes_compute", "dh", "gather", "s"), (bytes_compute, dh, gather, s))
+            inv0 = 4*bytes_compute*dh*s
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ring_mqa_selective_bytes",
-        ("b", "bytes_compute", "cp", "dh", "gather", "s", "t"),
-        (b, bytes_compute, cp, dh, gather, s, t),
-        reals=2,
+        ("b", "bytes_compute", "cp", "dh", "gather", "s", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, dh, gather, s, t, inv0, inv1),
+        reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, b, bytes_compute, cp, dh, gather, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -954,38 +973,38 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_full_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "recompute_cp_ring_mla_full_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
-        (b, bytes_compute, cp, dh, dhr, n_kv, s, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
         reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp -
-            #     1)*(2*dh + dhr)/(cp*t))
+        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(dh, 2.0, out=r0)
-                numpy.add(r0, dhr, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, n_kv, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 2.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1019,42 +1038,42 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_selective_bytes", ("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"), (bytes_compute, dh, dhr, gather, n_kv, s))
+            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ring_mla_selective_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t"),
-        (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t),
-        reals=2,
+        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1),
+        reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -1085,41 +1104,39 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mha_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
     call = _runtime.Call(
         "recompute_cp_ulysses_mha_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, s, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
         reals=1,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.divide(h, a, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r0, dh, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.add(r0, h, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, cp, out=r0)
                 numpy.multiply(r0, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1153,46 +1170,43 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mha_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ulysses_mha_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -1224,47 +1238,39 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_full_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "recompute_cp_ulysses_gqa_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, n_kv, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.copyto(r0, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r0, r1, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, cp, out=r0)
                 numpy.multiply(r0, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1300,51 +1306,43 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, gather, h, n_kv, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ulysses_gqa_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))/((cp*cp)*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -1375,41 +1373,39 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
     call = _runtime.Call(
         "recompute_cp_ulysses_mqa_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, h, s, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
         reals=1,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, a, b, bytes_compute, cp, dh, h, s, t in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.divide(h, a, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r0, dh, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.add(r0, dh, out=r0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
                 numpy.multiply(cp, cp, out=r0)
                 numpy.multiply(r0, t, out=r0)
                 numpy.divide(out, r0, out=out)
-                numpy.multiply(out, 4.0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1443,46 +1439,43 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
+            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ulysses_mqa_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, s, t),
-        reals=2,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, s, t in call.blocks():
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out
 
 
@@ -1516,7 +1509,7 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1524,41 +1517,34 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_full_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "recompute_cp_ulysses_mla_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t),
-        reals=3,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
+        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
+        reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0
-            #     + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
+        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
+            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(r0, a, out=r1)
-                numpy.multiply(dh, 2.0, out=r2)
-                numpy.add(r2, dhr, out=r2)
-                numpy.multiply(r2, n_kv, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.add(r0, dhr, out=r2)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(out, r1, out=out)
-                numpy.multiply(out, bytes_compute, out=out)
+                numpy.multiply(out, inv0, out=out)
                 numpy.multiply(out, b, out=out)
-                numpy.multiply(out, s, out=out)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(out, r1, out=out)
-                numpy.multiply(out, 2.0, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
             numpy.copyto(out, 0.0, where=m0)
             numpy.multiply(out, 0.5, out=out)
     return call.out
@@ -1595,7 +1581,7 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1603,44 +1589,36 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv1 = 0.5 - 0.5*gather
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_selective_bytes", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, gather, h, n_kv, s))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv1 = 0.5 - 0.5*gather
     call = _runtime.Call(
         "recompute_cp_ulysses_mla_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1),
+        reals=1,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 0.5*((1 - gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
-            #     dhr))/((cp*cp)*t)))
-            numpy.subtract(1.0, gather, out=out)
+        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1 in call.blocks():
+            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, 0.5, out=out)
+                numpy.subtract(cp, 1.0, out=out)
+                numpy.multiply(out, inv0, out=out)
+                numpy.multiply(out, b, out=out)
+                numpy.multiply(cp, cp, out=r0)
+                numpy.multiply(r0, t, out=r0)
+                numpy.divide(out, r0, out=out)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, inv1, out=out)
     return call.out

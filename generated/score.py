@@ -47,27 +47,33 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
+    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((comm_volume, level_assign_0, level_bw_0, overlap))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (comm_volume, level_assign_0, level_bw_0, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_bw_0, overlap))
         out = comm_volume*(1 - overlap)*(level_assign_0 - 1)/level_bw_0
         return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_bw_0, overlap))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bw_0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (level_bw_0,) = _runtime.reals("score_levels1_comm_score", ("level_bw_0",), (level_bw_0,))
+        inv0 = 1/level_bw_0
     call = _runtime.Call(
         "score_levels1_comm_score",
-        ("comm_volume", "level_assign_0", "level_bw_0", "overlap"),
-        (comm_volume, level_assign_0, level_bw_0, overlap),
+        ("comm_volume", "level_assign_0", "level_bw_0", "overlap", "inv0"),
+        (comm_volume, level_assign_0, level_bw_0, overlap, inv0),
         reals=1,
         masks=0,
     )
-    for out, r0, comm_volume, level_assign_0, level_bw_0, overlap in call.blocks():
-        # out = comm_volume*(1 - overlap)*(level_assign_0 - 1)/level_bw_0
+    for out, r0, comm_volume, level_assign_0, level_bw_0, overlap, inv0 in call.blocks():
+        # out = comm_volume*inv0*(1 - overlap)*(level_assign_0 - 1)
         numpy.subtract(1.0, overlap, out=out)
         numpy.subtract(level_assign_0, 1.0, out=r0)
         numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, inv0, out=out)
         numpy.multiply(out, comm_volume, out=out)
-        numpy.divide(out, level_bw_0, out=out)
     return call.out
 
 
@@ -99,29 +105,35 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
         out = comm_volume*(1 - overlap)*(level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
         return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bw_0
+        inv1 = level_bound_0/level_bw_1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (level_bound_0, level_bw_0, level_bw_1) = _runtime.reals("score_levels2_comm_score", ("level_bound_0", "level_bw_0", "level_bw_1"), (level_bound_0, level_bw_0, level_bw_1))
+        inv0 = 1/level_bw_0
+        inv1 = level_bound_0/level_bw_1
     call = _runtime.Call(
         "score_levels2_comm_score",
-        ("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap"),
-        (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap),
+        ("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap", "inv0", "inv1"),
+        (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap, inv0, inv1),
         reals=2,
         masks=0,
     )
-    for out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap in call.blocks():
-        # out = comm_volume*(1 - overlap)*(level_bound_0*(level_assign_1 - 1)/level_bw_1 +
-        #     (level_assign_0 - 1)/level_bw_0)
+    for out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap, inv0, inv1 in call.blocks():
+        # out = comm_volume*(1 - overlap)*(inv0*(level_assign_0 - 1) + inv1*(level_assign_1 - 1))
         numpy.subtract(1.0, overlap, out=out)
         numpy.subtract(level_assign_0, 1.0, out=r0)
-        numpy.divide(r0, level_bw_0, out=r0)
+        numpy.multiply(r0, inv0, out=r0)
         numpy.subtract(level_assign_1, 1.0, out=r1)
-        numpy.multiply(r1, level_bound_0, out=r1)
-        numpy.divide(r1, level_bw_1, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
         numpy.add(r0, r1, out=r0)
         numpy.multiply(out, r0, out=out)
         numpy.multiply(out, comm_volume, out=out)
@@ -159,35 +171,41 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
         out = comm_volume*(1 - overlap)*(level_bound_0*level_bound_1*(level_assign_2 - 1)/level_bw_2 + level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
         return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bw_0
+        inv1 = level_bound_0/level_bw_1
+        inv2 = level_bound_0*level_bound_1/level_bw_2
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2) = _runtime.reals("score_levels3_comm_score", ("level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2"), (level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2))
+        inv0 = 1/level_bw_0
+        inv1 = level_bound_0/level_bw_1
+        inv2 = level_bound_0*level_bound_1/level_bw_2
     call = _runtime.Call(
         "score_levels3_comm_score",
-        ("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap"),
-        (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap),
+        ("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap", "inv0", "inv1", "inv2"),
+        (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2),
         reals=2,
         masks=0,
     )
-    for out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap in call.blocks():
-        # out = comm_volume*(1 - overlap)*(level_bound_0*level_bound_1*(level_assign_2 -
-        #     1)/level_bw_2 + level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 -
-        #     1)/level_bw_0)
+    for out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2 in call.blocks():
+        # out = comm_volume*(1 - overlap)*(inv0*(level_assign_0 - 1) + inv1*(level_assign_1 - 1) +
+        #     inv2*(level_assign_2 - 1))
         numpy.subtract(1.0, overlap, out=out)
         numpy.subtract(level_assign_0, 1.0, out=r0)
-        numpy.divide(r0, level_bw_0, out=r0)
+        numpy.multiply(r0, inv0, out=r0)
         numpy.subtract(level_assign_1, 1.0, out=r1)
-        numpy.multiply(r1, level_bound_0, out=r1)
-        numpy.divide(r1, level_bw_1, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
         numpy.add(r0, r1, out=r0)
         numpy.subtract(level_assign_2, 1.0, out=r1)
-        numpy.multiply(r1, level_bound_0, out=r1)
-        numpy.multiply(r1, level_bound_1, out=r1)
-        numpy.divide(r1, level_bw_2, out=r1)
+        numpy.multiply(r1, inv2, out=r1)
         numpy.add(r0, r1, out=r0)
         numpy.multiply(out, r0, out=out)
         numpy.multiply(out, comm_volume, out=out)

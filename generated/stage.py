@@ -176,38 +176,38 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
     call = _runtime.Call(
         "stage_tp_dense_layer",
-        ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t),
+        ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h
-        #     + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.add(hff, h, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
+        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+        numpy.multiply(inv0, t, out=r0)
+        numpy.floor(r0, out=out)
+        numpy.maximum(out, 1.0, out=out)
+        numpy.multiply(out, inv1, out=out)
         numpy.multiply(out, comm_t, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -244,39 +244,38 @@ def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
     call = _runtime.Call(
         "stage_tp_dense_selective_layer",
-        ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t),
+        ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 -
-        #     comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.add(hff, h, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
+        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+        numpy.multiply(inv0, t, out=r0)
+        numpy.floor(r0, out=out)
+        numpy.maximum(out, 1.0, out=out)
+        numpy.multiply(out, inv1, out=out)
         numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, gather, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -313,38 +312,38 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
     call = _runtime.Call(
         "stage_tp_dense_full_again",
-        ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t),
+        ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h
-        #     + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.add(hff, h, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
+        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+        numpy.multiply(inv0, t, out=r0)
+        numpy.floor(r0, out=out)
+        numpy.maximum(out, 1.0, out=out)
+        numpy.multiply(out, inv1, out=out)
         numpy.multiply(out, comm_t, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -382,40 +381,38 @@ def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
     call = _runtime.Call(
         "stage_tp_dense_selective_again",
-        ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t),
+        ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1
-        #     - gather)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.subtract(1.0, gather, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.add(hff, h, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
+        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+        numpy.multiply(inv0, t, out=r0)
+        numpy.floor(r0, out=out)
+        numpy.maximum(out, 1.0, out=out)
+        numpy.multiply(out, inv1, out=out)
         numpy.multiply(out, comm_t, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -450,27 +447,36 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h*n_chosen_exp*s
     call = _runtime.Call(
         "stage_ep_balanced_layer",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale),
+        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
         reals=2,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale in call.blocks():
+        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep -
-            #     1)/(cp*ep))*numpy.maximum(1, numpy.floor(ep/level_bound_0))
-            numpy.divide(ep, level_bound_0, out=r0)
+            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            #     numpy.floor(ep*inv0))
+            numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
@@ -478,15 +484,11 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, n_chosen_exp, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, ep, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
@@ -524,27 +526,36 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h*n_chosen_exp*s
     call = _runtime.Call(
         "stage_ep_balanced_full_again",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale),
+        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
         reals=2,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale in call.blocks():
+        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep -
-            #     1)/(cp*ep))*numpy.maximum(1, numpy.floor(ep/level_bound_0))
-            numpy.divide(ep, level_bound_0, out=r0)
+            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            #     numpy.floor(ep*inv0))
+            numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
@@ -552,15 +563,11 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, n_chosen_exp, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, ep, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
@@ -596,43 +603,48 @@ def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_b
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_layer",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -665,44 +677,50 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_full_again", ("bytes_compute", "h", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_full_again",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -736,46 +754,50 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_selective_again", ("bytes_compute", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, gather, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -848,7 +870,7 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 79.
+    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -872,120 +894,80 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_standard_dense_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp),
-        reals=13,
+        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
+        reals=4,
         masks=4,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dh*n_kv -> r0
-            numpy.multiply(dh, n_kv, out=r0)
-            # tmp2 = 0.5*n_attMM -> r1
-            numpy.multiply(n_attMM, 0.5, out=r1)
-            # tmp3 = 2*n_qknorm -> r2
-            numpy.multiply(n_qknorm, 2.0, out=r2)
-            # tmp4 = h*o_bias -> r3
-            numpy.multiply(o_bias, h, out=r3)
-            # tmp5 = a*dh -> r4
-            numpy.multiply(dh, a, out=r4)
-            # tmp6 = h*tmp5 -> r5
-            numpy.multiply(r4, h, out=r5)
-            # tmp7 = 0.25*n_attMM -> r6
-            numpy.multiply(n_attMM, 0.25, out=r6)
-            # tmp8 = attn_output_gate + 1 -> r7
-            numpy.add(1.0, attn_output_gate, out=r7)
-            # tmp9 = qkv_bias*tmp8 -> r8
-            numpy.multiply(r7, qkv_bias, out=r8)
-            # tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) -> r9
-            numpy.add(n_shared_exp, n_exp, out=r9)
-            numpy.subtract(n_ffMM, 1.0, out=r10)
-            numpy.multiply(r10, hff, out=r10)
-            numpy.add(r10, h, out=r10)
-            numpy.multiply(r10, mlp_bias, out=r10)
-            numpy.multiply(hff, n_ffMM, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r9, r10, out=r9)
-            numpy.add(1.0, norm_bias, out=r10)
-            numpy.multiply(r10, layer_norms, out=r10)
-            numpy.multiply(r10, h, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, attn_extra_p, out=r9)
-            # tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) +
-            #     tmp7*(tmp5*tmp9 + tmp6*tmp8))/t -> r10
-            numpy.multiply(r0, qkv_bias, out=r10)
-            numpy.multiply(r0, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.multiply(r2, dh, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r3, r5, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r4, r8, out=r11)
-            numpy.multiply(r5, r7, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, r9, out=r10)
-            numpy.divide(r10, t, out=r10)
+        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2 in call.blocks():
+            # tmp11 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp13 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
-            # tmp15 = n_kv/a -> r0
-            numpy.divide(n_kv, a, out=r0)
-            # tmp16 = (h*h) -> r4
-            numpy.multiply(h, h, out=r4)
-            # tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) +
-            #     tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t -> r5
-            numpy.multiply(r0, r4, out=r5)
-            numpy.multiply(r0, qkv_bias, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r3, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r4, r7, out=r11)
-            numpy.multiply(r8, h, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r2, h, out=r11)
-            numpy.divide(r11, a, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.add(r5, r9, out=r5)
-            numpy.divide(r5, t, out=r5)
+            # tmp17 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
             numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = score_factor_dp*stage_cost_scale*(1 -
-            #     comm_dp_overlap)*(numpy.where(numpy.logical_and.reduce((tmp12,tmp13)), tmp11,
-            #     numpy.where(tmp12, tmp17, 0)) +
+            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp12,tmp13)),
+            #     tmp11, numpy.where(tmp12, tmp17, 0)) +
             #     numpy.where(numpy.logical_and.reduce((tmp13,tmp19)), tmp11 + tmp11/cp,
             #     numpy.where(tmp19, tmp17 + tmp17/cp, 0)))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r0, r5, where=m0)
+            numpy.copyto(out, 0.0)
+            numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m3)
-            numpy.copyto(r0, r10, where=m3)
-            numpy.copyto(r1, 0.0)
-            numpy.divide(r5, cp, out=r2)
-            numpy.add(r2, r5, out=r2)
-            numpy.copyto(r1, r2, where=m2)
+            numpy.copyto(out, r0, where=m3)
+            numpy.copyto(r2, 0.0)
+            numpy.divide(r1, cp, out=r3)
+            numpy.add(r3, r1, out=r3)
+            numpy.copyto(r2, r3, where=m2)
             numpy.logical_and(m1, m2, out=m3)
-            numpy.divide(r10, cp, out=r2)
-            numpy.add(r2, r10, out=r2)
-            numpy.copyto(r1, r2, where=m3)
-            numpy.add(r0, r1, out=r0)
-            numpy.multiply(out, r0, out=out)
+            numpy.divide(r0, cp, out=r3)
+            numpy.add(r3, r0, out=r3)
+            numpy.copyto(r2, r3, where=m3)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -1051,7 +1033,7 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1075,114 +1057,75 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("stage_dp_unconverted_standard_dense_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
     call = _runtime.Call(
         "stage_dp_unconverted_standard_dense_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp"),
-        (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp),
-        reals=13,
+        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+        (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+        reals=4,
         masks=4,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dh*n_kv -> r0
-            numpy.multiply(dh, n_kv, out=r0)
-            # tmp2 = 0.5*n_attMM -> r1
-            numpy.multiply(n_attMM, 0.5, out=r1)
-            # tmp3 = 2*n_qknorm -> r2
-            numpy.multiply(n_qknorm, 2.0, out=r2)
-            # tmp4 = h*o_bias -> r3
-            numpy.multiply(o_bias, h, out=r3)
-            # tmp5 = a*dh -> r4
-            numpy.multiply(dh, a, out=r4)
-            # tmp6 = h*tmp5 -> r5
-            numpy.multiply(r4, h, out=r5)
-            # tmp7 = 0.25*n_attMM -> r6
-            numpy.multiply(n_attMM, 0.25, out=r6)
-            # tmp8 = attn_output_gate + 1 -> r7
-            numpy.add(1.0, attn_output_gate, out=r7)
-            # tmp9 = qkv_bias*tmp8 -> r8
-            numpy.multiply(r7, qkv_bias, out=r8)
-            # tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) -> r9
-            numpy.add(n_shared_exp, n_exp, out=r9)
-            numpy.subtract(n_ffMM, 1.0, out=r10)
-            numpy.multiply(r10, hff, out=r10)
-            numpy.add(r10, h, out=r10)
-            numpy.multiply(r10, mlp_bias, out=r10)
-            numpy.multiply(hff, n_ffMM, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r9, r10, out=r9)
-            numpy.add(1.0, norm_bias, out=r10)
-            numpy.multiply(r10, layer_norms, out=r10)
-            numpy.multiply(r10, h, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, attn_extra_p, out=r9)
-            # tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) +
-            #     tmp7*(tmp5*tmp9 + tmp6*tmp8))/t -> r10
-            numpy.multiply(r0, qkv_bias, out=r10)
-            numpy.multiply(r0, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.multiply(r2, dh, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r3, r5, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r4, r8, out=r11)
-            numpy.multiply(r5, r7, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, r9, out=r10)
-            numpy.divide(r10, t, out=r10)
+        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp11 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp13 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
-            # tmp15 = n_kv/a -> r0
-            numpy.divide(n_kv, a, out=r0)
-            # tmp16 = (h*h) -> r4
-            numpy.multiply(h, h, out=r4)
-            # tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) +
-            #     tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t -> r5
-            numpy.multiply(r0, r4, out=r5)
-            numpy.multiply(r0, qkv_bias, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r3, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r4, r7, out=r11)
-            numpy.multiply(r8, h, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r2, h, out=r11)
-            numpy.divide(r11, a, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.add(r5, r9, out=r5)
-            numpy.divide(r5, t, out=r5)
+            # tmp17 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
             numpy.equal(zero2_non_exp, 1.0, out=m2)
             # out = numpy.where(numpy.logical_and.reduce((tmp12,tmp13)), tmp11, numpy.where(tmp12,
             #     tmp17, 0)) + numpy.where(numpy.logical_and.reduce((tmp13,tmp19)), tmp11 +
             #     tmp11/cp, numpy.where(tmp19, tmp17 + tmp17/cp, 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r5, where=m0)
+            numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m3)
-            numpy.copyto(out, r10, where=m3)
-            numpy.copyto(r0, 0.0)
-            numpy.divide(r5, cp, out=r1)
-            numpy.add(r1, r5, out=r1)
-            numpy.copyto(r0, r1, where=m2)
+            numpy.copyto(out, r0, where=m3)
+            numpy.copyto(r2, 0.0)
+            numpy.divide(r1, cp, out=r3)
+            numpy.add(r3, r1, out=r3)
+            numpy.copyto(r2, r3, where=m2)
             numpy.logical_and(m1, m2, out=m3)
-            numpy.divide(r10, cp, out=r1)
-            numpy.add(r1, r10, out=r1)
-            numpy.copyto(r0, r1, where=m3)
-            numpy.add(out, r0, out=out)
+            numpy.divide(r0, cp, out=r3)
+            numpy.add(r3, r0, out=r3)
+            numpy.copyto(r2, r3, where=m3)
+            numpy.add(out, r2, out=out)
     return call.out
 
 
@@ -1214,44 +1157,43 @@ def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, scor
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -1283,45 +1225,45 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -1354,48 +1296,45 @@ def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, l
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mha_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -1428,43 +1367,48 @@ def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_layer",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -1497,44 +1441,50 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_full_again", ("bytes_compute", "h", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_full_again",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -1568,46 +1518,50 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gath
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_selective_again", ("bytes_compute", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, gather, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*h*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, h, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -1639,44 +1593,43 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -1708,45 +1661,45 @@ def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -1779,48 +1732,45 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mha_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -1856,49 +1806,49 @@ def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -1934,50 +1884,51 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2014,53 +1965,51 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2096,49 +2045,49 @@ def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -2174,50 +2123,51 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2254,53 +2204,51 @@ def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mha_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, h, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2336,48 +2284,48 @@ def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, lev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -2413,50 +2361,50 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2493,52 +2441,50 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, c
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2570,44 +2516,43 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -2639,45 +2584,45 @@ def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2710,48 +2655,45 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_gqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2787,48 +2729,48 @@ def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_b
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -2864,50 +2806,50 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_full_again", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)*numpy.where(numpy.greater(n_kv, 0),
-            #     numpy.minimum(a, n_kv), a)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -2944,52 +2886,50 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_selective_again", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3021,44 +2961,43 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -3090,45 +3029,45 @@ def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3161,48 +3100,45 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_gqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3239,55 +3175,49 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -3324,56 +3254,51 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3412,59 +3337,51 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3501,55 +3418,49 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -3586,56 +3497,51 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3674,59 +3580,51 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
+    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_gqa_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=3,
-        masks=2,
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, m1, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv),
-            #     a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.copyto(r1, a)
-                numpy.greater(n_kv, 0.0, out=m1)
-                numpy.minimum(a, n_kv, out=r2)
-                numpy.copyto(r1, r2, where=m1)
-                numpy.multiply(r1, dh, out=r1)
-                numpy.divide(h, a, out=r2)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r2, dh, where=m1)
-                numpy.multiply(r2, a, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3759,43 +3657,48 @@ def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -3828,44 +3731,50 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_full_again", ("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, dh, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3899,46 +3808,50 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, gather, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_selective_again", ("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, dh, gather, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -3970,44 +3883,43 @@ def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -4039,45 +3951,45 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4110,48 +4022,45 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, l
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4184,43 +4093,48 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -4253,44 +4167,50 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_full_again", ("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, dh, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4324,46 +4244,50 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, gather, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_selective_again", ("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"), (bytes_compute, dh, gather, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*dh*s
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, dh, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4395,44 +4319,43 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -4464,45 +4387,45 @@ def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4535,48 +4458,45 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4612,49 +4532,49 @@ def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -4690,50 +4610,51 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4770,53 +4691,51 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -4852,49 +4771,49 @@ def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -4930,50 +4849,51 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     4*b*bytes_compute*s*(cp - 1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5010,53 +4930,51 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mqa_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t),
+        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
-        masks=2,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp -
-            #     1)*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(h, a, out=r1)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.copyto(r1, dh, where=m1)
-                numpy.multiply(r1, a, out=r1)
-                numpy.add(r1, dh, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, cp, out=r1)
                 numpy.multiply(r1, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 4.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5091,46 +5009,48 @@ def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, l
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -5165,47 +5085,50 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_full_again", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5242,49 +5165,50 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_selective_again", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp -
-            #     1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5316,44 +5240,43 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -5385,45 +5308,45 @@ def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5456,48 +5379,45 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_colossalai_cp_mla_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5532,46 +5452,48 @@ def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -5606,47 +5528,50 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5683,49 +5608,50 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
+        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
         reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp -
-            #     1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
                 numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(dh, 2.0, out=r1)
-                numpy.add(r1, dhr, out=r1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.multiply(r0, n_kv, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, b, out=r0)
-                numpy.multiply(r0, s, out=r0)
                 numpy.multiply(cp, t, out=r1)
                 numpy.divide(r0, r1, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5757,44 +5683,43 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
+    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r0)
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -5826,45 +5751,45 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r0)
+        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5897,48 +5822,45 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+            inv0 = 1/level_bound_0
+            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_hybrid_cp_mla_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t),
-        reals=2,
-        masks=2,
+        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=1,
+        masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r0)
-            numpy.floor(r0, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
+        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
+            numpy.divide(inv1, t, out=r0)
             numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.multiply(h, h, out=r0)
-                numpy.multiply(a, a, out=r1)
-                numpy.divide(r0, r1, out=r0)
-                numpy.not_equal(dh, 0.0, out=m1)
-                numpy.multiply(dh, dh, out=r1)
-                numpy.copyto(r0, r1, where=m1)
-                numpy.multiply(r0, a, out=r0)
-                numpy.divide(r0, t, out=r0)
-                numpy.multiply(r0, 8.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -5976,7 +5898,7 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5984,49 +5906,44 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
-            #     dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r1)
-            numpy.floor(r1, out=out)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+            numpy.copyto(r0, 0.0, where=m0)
+            numpy.multiply(out, r0, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -6064,7 +5981,7 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6072,50 +5989,46 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
-            #     dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r1)
-            numpy.floor(r1, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+            numpy.copyto(r0, 0.0, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -6155,7 +6068,7 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6163,53 +6076,46 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp -
-            #     1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r1)
-            numpy.floor(r1, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.multiply(out, r1, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+            numpy.copyto(r0, 0.0, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -6247,7 +6153,7 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6255,49 +6161,44 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_linear_layer", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+        reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
-            #     dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
-            numpy.divide(cp, level_bound_0, out=r1)
-            numpy.floor(r1, out=out)
+            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+            numpy.copyto(r0, 0.0, where=m0)
+            numpy.multiply(out, r0, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(out, score_factor_cp, out=out)
     return call.out
 
 
@@ -6335,7 +6236,7 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
+    # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6343,50 +6244,46 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*stage_cost_scale
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_linear_full_again", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*stage_cost_scale
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 0.5*(score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh +
-            #     dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
-            numpy.divide(cp, level_bound_0, out=r1)
-            numpy.floor(r1, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+            numpy.copyto(r0, 0.0, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -6426,7 +6323,7 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
+    # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6434,53 +6331,46 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_linear_selective_again", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+            inv2 = 0.5*(stage_cost_scale*(1 - gather))
     call = _runtime.Call(
         "stage_cp_ulysses_cp_mla_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t),
-        reals=4,
+        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+        reals=2,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t in call.blocks():
-            # tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r0
-            numpy.divide(h, a, out=r0)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r0, dh, where=m0)
-            # out = 0.5*(score_factor_cp*stage_cost_scale*(1 -
-            #     gather)*numpy.where(numpy.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp -
-            #     1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1,
-            #     numpy.floor(cp/level_bound_0)))
-            numpy.subtract(1.0, gather, out=out)
-            numpy.divide(cp, level_bound_0, out=r1)
-            numpy.floor(r1, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.multiply(out, r1, out=out)
+        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
+            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+            numpy.multiply(inv0, cp, out=r0)
+            numpy.floor(r0, out=out)
+            numpy.maximum(out, 1.0, out=out)
             numpy.less_equal(cp, 1.0, out=m0)
             if not m0.all():
-                numpy.subtract(cp, 1.0, out=r1)
-                numpy.multiply(r0, a, out=r2)
-                numpy.multiply(dh, 2.0, out=r3)
-                numpy.add(r3, dhr, out=r3)
-                numpy.multiply(r3, n_kv, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r0, dhr, out=r3)
-                numpy.multiply(r3, a, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, bytes_compute, out=r1)
-                numpy.multiply(r1, b, out=r1)
-                numpy.multiply(r1, s, out=r1)
-                numpy.multiply(cp, cp, out=r2)
-                numpy.multiply(r2, t, out=r2)
-                numpy.divide(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(out, r1, out=out)
+                numpy.subtract(cp, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
+                numpy.multiply(r0, b, out=r0)
+                numpy.multiply(cp, cp, out=r1)
+                numpy.multiply(r1, t, out=r1)
+                numpy.divide(r0, r1, out=r0)
+            numpy.copyto(r0, 0.0, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, score_factor_cp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, 0.5, out=out)
     return call.out
 
 
@@ -6512,27 +6402,36 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h
     call = _runtime.Call(
         "stage_ep_imbalanced_layer",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale),
+        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
         reals=1,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale in call.blocks():
+        for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep -
-            #     1)/ep)*numpy.maximum(1, numpy.floor(ep/level_bound_0))
-            numpy.divide(ep, level_bound_0, out=r0)
+            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*max_rank_tokens*(ep -
+            #     1)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
+            numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
@@ -6540,12 +6439,10 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, comm_ep, out=r0)
                 numpy.multiply(r0, max_rank_tokens, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, h, out=r0)
                 numpy.divide(r0, ep, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
@@ -6580,27 +6477,36 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
+            inv0 = 1/level_bound_0
+            inv1 = 2*bytes_compute*h
     call = _runtime.Call(
         "stage_ep_imbalanced_full_again",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale),
+        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
         reals=1,
         masks=2,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale in call.blocks():
+        for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep -
-            #     1)/ep)*numpy.maximum(1, numpy.floor(ep/level_bound_0))
-            numpy.divide(ep, level_bound_0, out=r0)
+            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*max_rank_tokens*(ep -
+            #     1)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
+            numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
             numpy.maximum(out, 1.0, out=out)
             numpy.equal(comm_ep, 0.0, out=m0)
@@ -6608,12 +6514,10 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
             numpy.logical_or(m0, m1, out=m0)
             if not m0.all():
                 numpy.subtract(ep, 1.0, out=r0)
+                numpy.multiply(r0, inv1, out=r0)
                 numpy.multiply(r0, comm_ep, out=r0)
                 numpy.multiply(r0, max_rank_tokens, out=r0)
-                numpy.multiply(r0, bytes_compute, out=r0)
-                numpy.multiply(r0, h, out=r0)
                 numpy.divide(r0, ep, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.multiply(out, stage_cost_scale, out=out)
@@ -6686,7 +6590,7 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
+    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6698,16 +6602,37 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp5 = a*tmp4
+            tmp6 = n_attMM*(h + qkv_bias)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
+            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp5 = a*tmp4
+            tmp6 = n_attMM*(h + qkv_bias)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
     call = _runtime.Call(
         "stage_dp_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t),
-        reals=9,
+        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
@@ -6716,84 +6641,32 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r2
-            numpy.divide(h, a, out=r2)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r2, dh, where=m0)
-            # tmp5 = a*tmp4 -> r3
-            numpy.multiply(r2, a, out=r3)
-            # tmp6 = n_attMM*(h + qkv_bias) -> r4
-            numpy.add(qkv_bias, h, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            # out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3
-            #     - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad +
-            #     bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p +
-            #     4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 +
-            #     8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r0, 1.0, out=r5)
-            numpy.multiply(reshards, 2.0, out=r6)
-            numpy.subtract(1.0, reshards, out=r7)
-            numpy.divide(r7, m, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(r6, bytes_p, out=r6)
-            numpy.add(r6, bytes_grad, out=r6)
-            numpy.multiply(r5, r6, out=r5)
-            numpy.subtract(r1, 1.0, out=r6)
-            numpy.copyto(r7, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r8)
-            numpy.multiply(r8, cp, out=r8)
-            numpy.add(r8, shard_spans_cp, out=r8)
-            numpy.multiply(r8, t, out=r8)
-            numpy.greater(shard_p_os_non_exp_partial, r8, out=m0)
-            numpy.divide(1.0, m, out=r8)
-            numpy.copyto(r7, r8, where=m0)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.multiply(r6, bytes_grad, out=r6)
-            numpy.divide(r6, r1, out=r6)
-            numpy.multiply(r6, 2.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(attn_extra_p, 4.0, out=r5)
-            numpy.add(n_shared_exp, n_exp, out=r6)
-            numpy.subtract(n_ffMM, 1.0, out=r7)
-            numpy.multiply(r7, hff, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.multiply(hff, n_ffMM, out=r8)
-            numpy.multiply(r8, h, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.multiply(r6, 4.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r2, n_qknorm, out=r6)
-            numpy.multiply(r6, 8.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(1.0, attn_output_gate, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r3, o_bias, out=r6)
-            numpy.multiply(r6, n_attMM, out=r6)
-            numpy.multiply(r6, h, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r2, r4, out=r6)
-            numpy.multiply(r6, n_kv, out=r6)
-            numpy.multiply(r6, 2.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(1.0, norm_bias, out=r6)
-            numpy.multiply(r6, layer_norms, out=r6)
-            numpy.multiply(r6, h, out=r6)
-            numpy.multiply(r6, 4.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(out, r5, out=out)
+            # out = inv4*score_factor_dp*(inv3*(tmp3 -
+            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+            #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + inv1))*(tmp1 -
+            #     1))/(t*tmp1)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, inv1, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
+            numpy.multiply(out, r2, out=out)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
+            numpy.multiply(r2, r3, out=r2)
+            numpy.multiply(r2, inv3, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(r0, t, out=r5)
-            numpy.divide(out, r5, out=out)
-            numpy.multiply(out, 0.25, out=out)
+            numpy.multiply(r0, t, out=r2)
+            numpy.divide(out, r2, out=out)
     return call.out
 
 
@@ -6838,7 +6711,7 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
+    # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6850,16 +6723,29 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_untied_embedding", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_fsdp_untied_embedding",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v),
-        reals=8,
+        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+        reals=7,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -6875,38 +6761,30 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
             # tmp4 = numpy.maximum(1, d*tmp0) -> r4
             numpy.multiply(r0, d, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 -
-            #     comm_dp_overlap)*(2*bytes_grad*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad +
-            #     bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r2, 1.0, out=r0)
-            numpy.subtract(1.0, reshards, out=r5)
-            numpy.multiply(r5, r3, out=r5)
-            numpy.add(r5, reshards, out=r5)
-            numpy.multiply(r5, bytes_p, out=r5)
-            numpy.add(r5, bytes_grad, out=r5)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.subtract(r4, 1.0, out=r5)
-            numpy.copyto(r6, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r7)
-            numpy.multiply(r7, cp, out=r7)
-            numpy.add(r7, shard_spans_cp, out=r7)
-            numpy.multiply(r7, t, out=r7)
-            numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
-            numpy.copyto(r6, r3, where=m0)
-            numpy.multiply(r5, r6, out=r5)
-            numpy.multiply(r5, bytes_grad, out=r5)
-            numpy.divide(r5, r4, out=r5)
-            numpy.multiply(r5, 2.0, out=r5)
-            numpy.add(r0, r5, out=r0)
+            # out = inv3*score_factor_dp*tmp1*(inv2*(tmp4 -
+            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
+            #     shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
+            #     reshards))*(tmp2 - 1))/tmp2
+            numpy.subtract(r2, 1.0, out=out)
+            numpy.multiply(inv0, r3, out=r0)
+            numpy.add(r0, reshards, out=r0)
+            numpy.multiply(r0, bytes_p, out=r0)
+            numpy.add(r0, bytes_grad, out=r0)
             numpy.multiply(out, r0, out=out)
+            numpy.subtract(r4, 1.0, out=r0)
+            numpy.copyto(r5, 1.0)
+            numpy.multiply(inv1, cp, out=r6)
+            numpy.add(r6, shard_spans_cp, out=r6)
+            numpy.multiply(r6, t, out=r6)
+            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+            numpy.copyto(r5, r3, where=m0)
+            numpy.multiply(r0, r5, out=r0)
+            numpy.multiply(r0, inv2, out=r0)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, r1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, v, out=out)
             numpy.divide(out, r2, out=out)
     return call.out
 
@@ -6949,7 +6827,7 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 36.
+    # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6958,16 +6836,29 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
     call = _runtime.Call(
         "stage_dp_fsdp_output",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v),
-        reals=6,
+        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
@@ -6976,38 +6867,30 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h +
-            #     1)*(2*bytes_grad*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad +
-            #     bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
-            numpy.add(1.0, h, out=out)
-            numpy.subtract(1.0, comm_dp_overlap, out=r2)
+            # out = inv3*score_factor_dp*(inv2*(tmp3 -
+            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
+            #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + reshards))*(tmp1
+            #     - 1))/(t*tmp1)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, reshards, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
             numpy.multiply(out, r2, out=out)
-            numpy.subtract(r0, 1.0, out=r2)
-            numpy.subtract(1.0, reshards, out=r3)
-            numpy.divide(r3, m, out=r3)
-            numpy.add(r3, reshards, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv1, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
             numpy.multiply(r2, r3, out=r2)
-            numpy.subtract(r1, 1.0, out=r3)
-            numpy.copyto(r4, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r5)
-            numpy.multiply(r5, cp, out=r5)
-            numpy.add(r5, shard_spans_cp, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
-            numpy.divide(1.0, m, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, bytes_grad, out=r3)
-            numpy.divide(r3, r1, out=r3)
-            numpy.multiply(r3, 2.0, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(out, r2, out=out)
+            numpy.multiply(r2, inv2, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, v, out=out)
             numpy.multiply(r0, t, out=r2)
             numpy.divide(out, r2, out=out)
     return call.out
@@ -7074,7 +6957,7 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 67 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
+    # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7086,16 +6969,37 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp5 = a*tmp4
+            tmp6 = n_attMM*(h + qkv_bias)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp) = _runtime.reals("stage_dp_unconverted_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp))
+            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp5 = a*tmp4
+            tmp6 = n_attMM*(h + qkv_bias)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
     call = _runtime.Call(
         "stage_dp_unconverted_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t),
-        reals=9,
+        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
@@ -7104,80 +7008,30 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r2
-            numpy.divide(h, a, out=r2)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r2, dh, where=m0)
-            # tmp5 = a*tmp4 -> r3
-            numpy.multiply(r2, a, out=r3)
-            # tmp6 = n_attMM*(h + qkv_bias) -> r4
-            numpy.add(qkv_bias, h, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            # out = 0.25*((2*bytes_grad*(tmp3 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad +
-            #     bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p +
-            #     4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 +
-            #     8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
+            # out = inv4*(inv3*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m +
+            #     inv1))*(tmp1 - 1))/(t*tmp1)
             numpy.subtract(r0, 1.0, out=out)
-            numpy.multiply(reshards, 2.0, out=r5)
-            numpy.subtract(1.0, reshards, out=r6)
-            numpy.divide(r6, m, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r5, bytes_p, out=r5)
-            numpy.add(r5, bytes_grad, out=r5)
-            numpy.multiply(out, r5, out=out)
-            numpy.subtract(r1, 1.0, out=r5)
-            numpy.copyto(r6, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r7)
-            numpy.multiply(r7, cp, out=r7)
-            numpy.add(r7, shard_spans_cp, out=r7)
-            numpy.multiply(r7, t, out=r7)
-            numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
-            numpy.divide(1.0, m, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.multiply(r5, r6, out=r5)
-            numpy.multiply(r5, bytes_grad, out=r5)
-            numpy.divide(r5, r1, out=r5)
-            numpy.multiply(r5, 2.0, out=r5)
-            numpy.add(out, r5, out=out)
-            numpy.multiply(attn_extra_p, 4.0, out=r5)
-            numpy.add(n_shared_exp, n_exp, out=r6)
-            numpy.subtract(n_ffMM, 1.0, out=r7)
-            numpy.multiply(r7, hff, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.multiply(hff, n_ffMM, out=r8)
-            numpy.multiply(r8, h, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.multiply(r6, 4.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r2, n_qknorm, out=r6)
-            numpy.multiply(r6, 8.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(1.0, attn_output_gate, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r3, o_bias, out=r6)
-            numpy.multiply(r6, n_attMM, out=r6)
-            numpy.multiply(r6, h, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r2, r4, out=r6)
-            numpy.multiply(r6, n_kv, out=r6)
-            numpy.multiply(r6, 2.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(1.0, norm_bias, out=r6)
-            numpy.multiply(r6, layer_norms, out=r6)
-            numpy.multiply(r6, h, out=r6)
-            numpy.multiply(r6, 4.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(r0, t, out=r5)
-            numpy.divide(out, r5, out=out)
-            numpy.multiply(out, 0.25, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, inv1, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
+            numpy.multiply(out, r2, out=out)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
+            numpy.multiply(r2, r3, out=r2)
+            numpy.multiply(r2, inv3, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv4, out=out)
+            numpy.multiply(r0, t, out=r2)
+            numpy.divide(out, r2, out=out)
     return call.out
 
 
@@ -7218,7 +7072,7 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
+    # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
     xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7230,16 +7084,29 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*tmp1*v*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*v
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_untied_embedding", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*v
     call = _runtime.Call(
         "stage_dp_unconverted_fsdp_untied_embedding",
-        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v),
+        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
         reals=7,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -7255,33 +7122,28 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
             # tmp4 = numpy.maximum(1, d*tmp0) -> r4
             numpy.multiply(r0, d, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # out = h*tmp1*v*(2*bytes_grad*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad +
-            #     bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
+            # out = inv3*tmp1*(inv2*(tmp4 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv1 + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
+            #     reshards))*(tmp2 - 1))/tmp2
             numpy.subtract(r2, 1.0, out=out)
-            numpy.subtract(1.0, reshards, out=r0)
-            numpy.multiply(r0, r3, out=r0)
+            numpy.multiply(inv0, r3, out=r0)
             numpy.add(r0, reshards, out=r0)
             numpy.multiply(r0, bytes_p, out=r0)
             numpy.add(r0, bytes_grad, out=r0)
             numpy.multiply(out, r0, out=out)
             numpy.subtract(r4, 1.0, out=r0)
             numpy.copyto(r5, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r6)
-            numpy.multiply(r6, cp, out=r6)
+            numpy.multiply(inv1, cp, out=r6)
             numpy.add(r6, shard_spans_cp, out=r6)
             numpy.multiply(r6, t, out=r6)
             numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
             numpy.copyto(r5, r3, where=m0)
             numpy.multiply(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_grad, out=r0)
+            numpy.multiply(r0, inv2, out=r0)
             numpy.divide(r0, r4, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
             numpy.add(out, r0, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, v, out=out)
             numpy.divide(out, r2, out=out)
     return call.out
 
@@ -7319,7 +7181,7 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
+    # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7328,16 +7190,29 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = v*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = v*(h + 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_output", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = v*(h + 1)
     call = _runtime.Call(
         "stage_dp_unconverted_fsdp_output",
-        ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-        (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v),
-        reals=6,
+        ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
@@ -7346,34 +7221,28 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # out = v*(h + 1)*(2*bytes_grad*(tmp3 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards
-            #     + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
-            numpy.add(1.0, h, out=out)
-            numpy.subtract(r0, 1.0, out=r2)
-            numpy.subtract(1.0, reshards, out=r3)
-            numpy.divide(r3, m, out=r3)
-            numpy.add(r3, reshards, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.subtract(r1, 1.0, out=r3)
-            numpy.copyto(r4, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r5)
-            numpy.multiply(r5, cp, out=r5)
-            numpy.add(r5, shard_spans_cp, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
-            numpy.divide(1.0, m, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, bytes_grad, out=r3)
-            numpy.divide(r3, r1, out=r3)
-            numpy.multiply(r3, 2.0, out=r3)
-            numpy.add(r2, r3, out=r2)
+            # out = inv3*(inv2*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv1 + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m +
+            #     reshards))*(tmp1 - 1))/(t*tmp1)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, reshards, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, v, out=out)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv1, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
+            numpy.multiply(r2, r3, out=r2)
+            numpy.multiply(r2, inv2, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(r0, t, out=r2)
             numpy.divide(out, r2, out=out)
     return call.out
@@ -7431,7 +7300,7 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7443,87 +7312,56 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
         tmp5 = 0.25*n_attMM
         out = 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp3 = h + qkv_bias
+            tmp4 = a*tmp2
+            tmp5 = 0.25*n_attMM
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp) = _runtime.reals("stage_dp_reduced_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp))
+            tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp3 = h + qkv_bias
+            tmp4 = a*tmp2
+            tmp5 = 0.25*n_attMM
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
     call = _runtime.Call(
         "stage_dp_reduced_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t),
-        reals=8,
+        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+        reals=3,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t in call.blocks():
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r1
-            numpy.divide(h, a, out=r1)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r1, dh, where=m0)
-            # tmp3 = h + qkv_bias -> r2
-            numpy.add(qkv_bias, h, out=r2)
-            # tmp4 = a*tmp2 -> r3
-            numpy.multiply(r1, a, out=r3)
-            # tmp5 = 0.25*n_attMM -> r4
-            numpy.multiply(n_attMM, 0.25, out=r4)
-            # out = 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-            #     h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 +
-            #     tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-            #     mlp_bias*(h + hff*(n_ffMM -
-            #     1))))*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
+            # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0
+            #     + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t))
             numpy.subtract(r0, 1.0, out=out)
-            numpy.add(n_shared_exp, n_exp, out=r5)
-            numpy.subtract(n_ffMM, 1.0, out=r6)
-            numpy.multiply(r6, hff, out=r6)
-            numpy.add(r6, h, out=r6)
-            numpy.multiply(r6, mlp_bias, out=r6)
-            numpy.multiply(hff, n_ffMM, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(r5, r6, out=r5)
-            numpy.multiply(r1, n_qknorm, out=r6)
-            numpy.multiply(r6, 2.0, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r3, o_bias, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, h, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(1.0, norm_bias, out=r6)
-            numpy.multiply(r6, layer_norms, out=r6)
-            numpy.multiply(r6, h, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(1.0, attn_output_gate, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r1, r2, out=r6)
-            numpy.multiply(r6, n_attMM, out=r6)
-            numpy.multiply(r6, n_kv, out=r6)
-            numpy.multiply(r6, 0.5, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, attn_extra_p, out=r5)
-            numpy.multiply(out, r5, out=out)
-            numpy.copyto(r5, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r6)
-            numpy.multiply(r6, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.divide(1.0, m, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.maximum(r5, 1.0, out=r5)
-            numpy.multiply(r5, r0, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.divide(out, r5, out=out)
-            numpy.multiply(out, 2.0, out=out)
+            numpy.copyto(r1, 1.0)
+            numpy.multiply(inv0, cp, out=r2)
+            numpy.add(r2, shard_spans_cp, out=r2)
+            numpy.multiply(r2, t, out=r2)
+            numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
+            numpy.divide(1.0, m, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.multiply(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
+            numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
+            numpy.maximum(r1, 1.0, out=r1)
+            numpy.multiply(r1, r0, out=r1)
+            numpy.multiply(r1, t, out=r1)
+            numpy.divide(out, r1, out=out)
     return call.out
 
 
@@ -7559,7 +7397,7 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
+    # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7567,18 +7405,27 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
         tmp0 = 1/xp.maximum(1, gather_embed)
         tmp1 = xp.maximum(1, d*tmp0)
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
-        out = bytes_grad*h*tmp2*v*(2*tmp1 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        out = 2*bytes_grad*h*tmp2*v*(tmp1 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*h*v
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_untied_embedding", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*h*v
     call = _runtime.Call(
         "stage_dp_reduced_fsdp_untied_embedding",
-        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-        (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v),
+        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
+        (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
         reals=4,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v in call.blocks():
+        for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -7589,25 +7436,19 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(1.0, r2, out=r2)
-            # out = bytes_grad*h*tmp2*v*(2*tmp1 -
-            #     2)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*numpy.maximum(1,
-            #     shard_embed*tmp2))
-            numpy.multiply(r1, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
+            # out = inv1*tmp2*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv0 + shard_spans_cp)), 1/m, 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+            numpy.subtract(r1, 1.0, out=out)
             numpy.copyto(r0, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r3)
-            numpy.multiply(r3, cp, out=r3)
+            numpy.multiply(inv0, cp, out=r3)
             numpy.add(r3, shard_spans_cp, out=r3)
             numpy.multiply(r3, t, out=r3)
             numpy.greater(shard_p_os_non_exp_partial, r3, out=m0)
             numpy.divide(1.0, m, out=r3)
             numpy.copyto(r0, r3, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, v, out=out)
             numpy.multiply(r2, shard_embed, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
             numpy.multiply(r0, r1, out=r0)
@@ -7644,48 +7485,51 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v) = _runtime.floats(xp, (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
-        out = bytes_grad*(2*tmp1 - 2)*(h*v + v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        out = 2*bytes_grad*v*(h + 1)*(tmp1 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*v*(h + 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_output", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*v*(h + 1)
     call = _runtime.Call(
         "stage_dp_reduced_fsdp_output",
-        ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-        (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v),
+        ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
+        (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
         reals=3,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v in call.blocks():
+        for out, r0, r1, r2, m0, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # out = bytes_grad*(2*tmp1 - 2)*(h*v +
-            #     v)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
+            # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0
+            #     + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t))
-            numpy.multiply(r0, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.multiply(h, v, out=r1)
-            numpy.add(r1, v, out=r1)
-            numpy.multiply(out, r1, out=out)
+            numpy.subtract(r0, 1.0, out=out)
             numpy.copyto(r1, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r2)
-            numpy.multiply(r2, cp, out=r2)
+            numpy.multiply(inv0, cp, out=r2)
             numpy.add(r2, shard_spans_cp, out=r2)
             numpy.multiply(r2, t, out=r2)
             numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
             numpy.divide(1.0, m, out=r2)
             numpy.copyto(r1, r2, where=m0)
             numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.multiply(r1, r0, out=r1)
@@ -7737,7 +7581,7 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 37 (SymPy count_ops of the CSE form below); NumPy calls per block: 40.
+    # ops: 37 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7749,16 +7593,31 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
         tmp4 = xp.maximum(1, d*tmp0)
         out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*v
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_tied_embedding", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*v
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_fsdp_tied_embedding",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v),
-        reals=8,
+        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
+        reals=7,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -7774,40 +7633,34 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
             # tmp4 = numpy.maximum(1, d*tmp0) -> r4
             numpy.multiply(r0, d, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4
-            #     - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad +
-            #     bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 -
-            #     1))*numpy.where(numpy.less_equal(p, 1), 0, h*v)/tmp2
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r2, 1.0, out=r0)
-            numpy.subtract(1.0, reshards, out=r5)
-            numpy.multiply(r5, r3, out=r5)
-            numpy.add(r5, reshards, out=r5)
-            numpy.multiply(r5, bytes_p, out=r5)
-            numpy.add(r5, bytes_grad, out=r5)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.subtract(r4, 1.0, out=r5)
-            numpy.copyto(r6, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r7)
-            numpy.multiply(r7, cp, out=r7)
-            numpy.add(r7, shard_spans_cp, out=r7)
-            numpy.multiply(r7, t, out=r7)
-            numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
-            numpy.copyto(r6, r3, where=m0)
-            numpy.multiply(r5, r6, out=r5)
-            numpy.multiply(r5, bytes_grad, out=r5)
-            numpy.divide(r5, r4, out=r5)
-            numpy.multiply(r5, 2.0, out=r5)
-            numpy.add(r0, r5, out=r0)
+            # out = inv4*score_factor_dp*tmp1*(inv2*(tmp4 -
+            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
+            #     shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
+            #     reshards))*(tmp2 - 1))*numpy.where(numpy.less_equal(p, 1), 0, inv3)/tmp2
+            numpy.subtract(r2, 1.0, out=out)
+            numpy.multiply(inv0, r3, out=r0)
+            numpy.add(r0, reshards, out=r0)
+            numpy.multiply(r0, bytes_p, out=r0)
+            numpy.add(r0, bytes_grad, out=r0)
             numpy.multiply(out, r0, out=out)
-            numpy.multiply(h, v, out=r0)
+            numpy.subtract(r4, 1.0, out=r0)
+            numpy.copyto(r5, 1.0)
+            numpy.multiply(inv1, cp, out=r6)
+            numpy.add(r6, shard_spans_cp, out=r6)
+            numpy.multiply(r6, t, out=r6)
+            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+            numpy.copyto(r5, r3, where=m0)
+            numpy.multiply(r0, r5, out=r0)
+            numpy.multiply(r0, inv2, out=r0)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.copyto(r0, inv3)
             numpy.less_equal(p, 1.0, out=m0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, r1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
             numpy.divide(out, r2, out=out)
     return call.out
 
@@ -7850,7 +7703,7 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 36.
+    # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 33.
     xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7862,16 +7715,29 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
         tmp4 = xp.maximum(1, d*tmp0)
         out = tmp1*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*v
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_tied_embedding", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
+            inv0 = 1 - reshards
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+            inv3 = h*v
     call = _runtime.Call(
         "stage_dp_unconverted_fsdp_tied_embedding",
-        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v),
+        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
         reals=7,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -7887,32 +7753,27 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
             # tmp4 = numpy.maximum(1, d*tmp0) -> r4
             numpy.multiply(r0, d, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # out = tmp1*(2*bytes_grad*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad +
-            #     bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 -
-            #     1))*numpy.where(numpy.less_equal(p, 1), 0, h*v)/tmp2
+            # out = tmp1*(inv2*(tmp4 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv1 + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
+            #     reshards))*(tmp2 - 1))*numpy.where(numpy.less_equal(p, 1), 0, inv3)/tmp2
             numpy.subtract(r2, 1.0, out=out)
-            numpy.subtract(1.0, reshards, out=r0)
-            numpy.multiply(r0, r3, out=r0)
+            numpy.multiply(inv0, r3, out=r0)
             numpy.add(r0, reshards, out=r0)
             numpy.multiply(r0, bytes_p, out=r0)
             numpy.add(r0, bytes_grad, out=r0)
             numpy.multiply(out, r0, out=out)
             numpy.subtract(r4, 1.0, out=r0)
             numpy.copyto(r5, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r6)
-            numpy.multiply(r6, cp, out=r6)
+            numpy.multiply(inv1, cp, out=r6)
             numpy.add(r6, shard_spans_cp, out=r6)
             numpy.multiply(r6, t, out=r6)
             numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
             numpy.copyto(r5, r3, where=m0)
             numpy.multiply(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_grad, out=r0)
+            numpy.multiply(r0, inv2, out=r0)
             numpy.divide(r0, r4, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
             numpy.add(out, r0, out=out)
-            numpy.multiply(h, v, out=r0)
+            numpy.copyto(r0, inv3)
             numpy.less_equal(p, 1.0, out=m0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
@@ -7954,7 +7815,7 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
+    # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7962,18 +7823,29 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
         tmp0 = 1/xp.maximum(1, gather_embed)
         tmp1 = xp.maximum(1, d*tmp0)
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
-        out = bytes_grad*tmp2*(2*tmp1 - 2)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
+        out = 2*bytes_grad*tmp2*(tmp1 - 1)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = h*v
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_tied_embedding", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
+            inv0 = h*v
+            inv1 = 1 - shard_spans_cp
+            inv2 = 2*bytes_grad
     call = _runtime.Call(
         "stage_dp_reduced_fsdp_tied_embedding",
-        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-        (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v),
+        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2"),
+        (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2),
         reals=4,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v in call.blocks():
+        for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -7984,27 +7856,24 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(1.0, r2, out=r2)
-            # out = bytes_grad*tmp2*(2*tmp1 - 2)*numpy.where(numpy.less_equal(p, 1), 0,
-            #     h*v)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*numpy.maximum(1,
-            #     shard_embed*tmp2))
-            numpy.multiply(r1, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.multiply(h, v, out=r0)
+            # out = inv2*tmp2*(tmp1 - 1)*numpy.where(numpy.less_equal(p, 1), 0,
+            #     inv0)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
+            #     shard_spans_cp)), 1/m, 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+            numpy.subtract(r1, 1.0, out=out)
+            numpy.copyto(r0, inv0)
             numpy.less_equal(p, 1.0, out=m0)
             numpy.copyto(r0, 0.0, where=m0)
             numpy.multiply(out, r0, out=out)
             numpy.copyto(r0, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r3)
-            numpy.multiply(r3, cp, out=r3)
+            numpy.multiply(inv1, cp, out=r3)
             numpy.add(r3, shard_spans_cp, out=r3)
             numpy.multiply(r3, t, out=r3)
             numpy.greater(shard_p_os_non_exp_partial, r3, out=m0)
             numpy.divide(1.0, m, out=r3)
             numpy.copyto(r0, r3, where=m0)
             numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv2, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
             numpy.multiply(r2, shard_embed, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
             numpy.multiply(r0, r1, out=r0)
@@ -8051,44 +7920,47 @@ def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_layer", ("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
     call = _runtime.Call(
         "stage_tp_moe_layer",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t),
-        reals=2,
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
         masks=0,
     )
-    for out, r0, r1, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        #     comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp +
-        #     n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.multiply(n_attMM, h, out=r0)
-        numpy.divide(n_exp, ep, out=r1)
-        numpy.add(r1, n_shared_exp, out=r1)
-        numpy.multiply(r1, hff_exp, out=r1)
-        numpy.multiply(r1, n_ffMM, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
+    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
+        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+        #     numpy.floor(inv2*t))/cp
+        numpy.divide(n_exp, ep, out=out)
+        numpy.add(out, n_shared_exp, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(inv2, t, out=r0)
         numpy.floor(r0, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, inv3, out=out)
         numpy.multiply(out, comm_t, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -8131,45 +8003,47 @@ def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*gather*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_selective_layer", ("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*gather*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
     call = _runtime.Call(
         "stage_tp_moe_selective_layer",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t),
-        reals=2,
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
         masks=0,
     )
-    for out, r0, r1, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        #     comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp +
-        #     n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.multiply(n_attMM, h, out=r0)
-        numpy.divide(n_exp, ep, out=r1)
-        numpy.add(r1, n_shared_exp, out=r1)
-        numpy.multiply(r1, hff_exp, out=r1)
-        numpy.multiply(r1, n_ffMM, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
+    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
+        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+        #     numpy.floor(inv2*t))/cp
+        numpy.divide(n_exp, ep, out=out)
+        numpy.add(out, n_shared_exp, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(inv2, t, out=r0)
         numpy.floor(r0, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, inv3, out=out)
         numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, gather, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -8212,44 +8086,47 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_full_again", ("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
     call = _runtime.Call(
         "stage_tp_moe_full_again",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t),
-        reals=2,
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
         masks=0,
     )
-    for out, r0, r1, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        #     comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp +
-        #     n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.multiply(n_attMM, h, out=r0)
-        numpy.divide(n_exp, ep, out=r1)
-        numpy.add(r1, n_shared_exp, out=r1)
-        numpy.multiply(r1, hff_exp, out=r1)
-        numpy.multiply(r1, n_ffMM, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
+    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
+        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+        #     numpy.floor(inv2*t))/cp
+        numpy.divide(n_exp, ep, out=out)
+        numpy.add(out, n_shared_exp, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(inv2, t, out=r0)
         numpy.floor(r0, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, inv3, out=out)
         numpy.multiply(out, comm_t, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -8293,46 +8170,47 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_selective_again", ("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 1/level_bound_0
+        inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
     call = _runtime.Call(
         "stage_tp_moe_selective_again",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t),
-        reals=2,
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
         masks=0,
     )
-    for out, r0, r1, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        #     comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp +
-        #     n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
-        numpy.subtract(1.0, comm_tp_overlap, out=out)
-        numpy.subtract(1.0, gather, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(n_attMM, h, out=r0)
-        numpy.divide(n_exp, ep, out=r1)
-        numpy.add(r1, n_shared_exp, out=r1)
-        numpy.multiply(r1, hff_exp, out=r1)
-        numpy.multiply(r1, n_ffMM, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.divide(t, level_bound_0, out=r0)
+    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
+        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+        #     numpy.floor(inv2*t))/cp
+        numpy.divide(n_exp, ep, out=out)
+        numpy.add(out, n_shared_exp, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(inv2, t, out=r0)
         numpy.floor(r0, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, inv3, out=out)
         numpy.multiply(out, comm_t, out=out)
         numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, stage_cost_scale, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -8430,7 +8308,7 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
+    # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -8465,132 +8343,100 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
         tmp31 = xp.equal(zero2_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv3 = h*shared_expert_gate
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv3 = h*shared_expert_gate
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_standard_moe_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp),
-        reals=13,
+        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3", "inv4"),
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4),
+        reals=8,
         masks=8,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dh*n_kv -> r0
-            numpy.multiply(dh, n_kv, out=r0)
-            # tmp2 = 0.5*n_attMM -> r1
-            numpy.multiply(n_attMM, 0.5, out=r1)
-            # tmp3 = 2*n_qknorm -> r2
-            numpy.multiply(n_qknorm, 2.0, out=r2)
-            # tmp4 = h*o_bias -> r3
-            numpy.multiply(o_bias, h, out=r3)
-            # tmp5 = a*dh -> r4
-            numpy.multiply(dh, a, out=r4)
-            # tmp6 = h*tmp5 -> r5
-            numpy.multiply(r4, h, out=r5)
-            # tmp7 = 0.25*n_attMM -> r6
-            numpy.multiply(n_attMM, 0.25, out=r6)
-            # tmp8 = attn_output_gate + 1 -> r7
-            numpy.add(1.0, attn_output_gate, out=r7)
-            # tmp9 = qkv_bias*tmp8 -> r8
-            numpy.multiply(r7, qkv_bias, out=r8)
-            # tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp -> r9
-            numpy.multiply(h, n_exp, out=r9)
-            numpy.add(1.0, norm_bias, out=r10)
-            numpy.multiply(r10, layer_norms, out=r10)
-            numpy.multiply(r10, h, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, attn_extra_p, out=r9)
-            # tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) +
-            #     tmp7*(tmp5*tmp9 + tmp6*tmp8))/t -> r10
-            numpy.multiply(r0, qkv_bias, out=r10)
-            numpy.multiply(r0, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.multiply(r2, dh, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r3, r5, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r4, r8, out=r11)
-            numpy.multiply(r5, r7, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, r9, out=r10)
-            numpy.divide(r10, t, out=r10)
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4 in call.blocks():
+            # tmp11 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp13 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
-            # tmp15 = n_kv/a -> r0
-            numpy.divide(n_kv, a, out=r0)
-            # tmp16 = (h*h) -> r4
-            numpy.multiply(h, h, out=r4)
-            # tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) +
-            #     tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t -> r5
-            numpy.multiply(r0, r4, out=r5)
-            numpy.multiply(r0, qkv_bias, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r3, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r4, r7, out=r11)
-            numpy.multiply(r8, h, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r2, h, out=r11)
-            numpy.divide(r11, a, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.add(r5, r9, out=r5)
-            numpy.divide(r5, t, out=r5)
+            # tmp17 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
             # tmp18 = numpy.equal(zero3_exp, 1) -> m2
             numpy.equal(zero3_exp, 1.0, out=m2)
             # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m3
             numpy.not_equal(n_shared_exp, 0.0, out=m3)
-            # tmp20 = h*hff_exp*n_ffMM -> r0
-            numpy.multiply(hff_exp, n_ffMM, out=r0)
-            numpy.multiply(r0, h, out=r0)
-            # tmp21 = hff_exp*(n_ffMM - 1) -> r1
-            numpy.subtract(n_ffMM, 1.0, out=r1)
-            numpy.multiply(r1, hff_exp, out=r1)
-            # tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1,
-            #     etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20) -> r2
-            numpy.add(r1, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r2, r0, out=r2)
-            numpy.multiply(r2, n_shared_exp, out=r2)
+            # tmp23 = inv2 + n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) +
+            #     tmp20/numpy.maximum(1, etp)) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(tmp20, r2, out=r2)
             numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(r0, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
+            numpy.divide(tmp21, r3, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
             numpy.add(r2, r3, out=r2)
-            # tmp24 = h*shared_expert_gate + tmp23 -> r0
-            numpy.multiply(shared_expert_gate, h, out=r0)
-            numpy.add(r0, r2, out=r0)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv2, out=r2)
+            # tmp24 = inv3 + tmp23 -> r3
+            numpy.add(inv3, r2, out=r3)
             # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m4
-            numpy.copyto(m4, numpy.where(m3, numpy.equal(r0, 0), numpy.equal(r2, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r1
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp28 = tmp24*tmp27 -> r3
-            numpy.multiply(r0, r1, out=r3)
-            # tmp29 = tmp23*tmp27 -> r4
-            numpy.multiply(r2, r1, out=r4)
+            numpy.copyto(m4, numpy.where(m3, numpy.equal(r3, 0), numpy.equal(r2, 0)))
+            # tmp27 = 1/(cp*ep*t_exp) -> r4
+            numpy.multiply(cp, ep, out=r4)
+            numpy.multiply(r4, t_exp, out=r4)
+            numpy.divide(1.0, r4, out=r4)
+            # tmp28 = tmp24*tmp27 -> r5
+            numpy.multiply(r3, r4, out=r5)
+            # tmp29 = tmp23*tmp27 -> r6
+            numpy.multiply(r2, r4, out=r6)
             # tmp30 = numpy.equal(zero2_non_exp, 1) -> m5
             numpy.equal(zero2_non_exp, 1.0, out=m5)
             # tmp31 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = score_factor_dp*stage_cost_scale*(1 -
-            #     comm_dp_overlap)*(numpy.where(numpy.logical_and.reduce((tmp12,tmp13)), tmp11,
-            #     numpy.where(tmp12, tmp17, 0)) +
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp12,tmp13)),
+            #     tmp11, numpy.where(tmp12, tmp17, 0)) +
             #     numpy.where(numpy.logical_and.reduce((tmp13,tmp30)), tmp11 + tmp11/cp,
             #     numpy.where(tmp30, tmp17 + tmp17/cp, 0)) +
             #     numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
@@ -8598,43 +8444,41 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
             #     tmp29, 0))) + numpy.where(numpy.logical_and.reduce((tmp25,tmp31)), 0,
             #     numpy.where(numpy.logical_and.reduce((tmp19,tmp31)), tmp24/numpy.maximum(ep,
             #     t_exp) + tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, r5, where=m0)
+            numpy.copyto(out, 0.0)
+            numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(r1, r10, where=m7)
-            numpy.copyto(r6, 0.0)
-            numpy.divide(r5, cp, out=r7)
-            numpy.add(r7, r5, out=r7)
-            numpy.copyto(r6, r7, where=m5)
+            numpy.copyto(out, r0, where=m7)
+            numpy.copyto(r4, 0.0)
+            numpy.divide(r1, cp, out=r7)
+            numpy.add(r7, r1, out=r7)
+            numpy.copyto(r4, r7, where=m5)
             numpy.logical_and(m1, m5, out=m7)
-            numpy.divide(r10, cp, out=r7)
-            numpy.add(r7, r10, out=r7)
-            numpy.copyto(r6, r7, where=m7)
-            numpy.add(r1, r6, out=r1)
-            numpy.copyto(r6, 0.0)
-            numpy.copyto(r6, r4, where=m2)
+            numpy.divide(r0, cp, out=r7)
+            numpy.add(r7, r0, out=r7)
+            numpy.copyto(r4, r7, where=m7)
+            numpy.add(out, r4, out=out)
+            numpy.copyto(r4, 0.0)
+            numpy.copyto(r4, r6, where=m2)
             numpy.logical_and(m2, m3, out=m7)
-            numpy.copyto(r6, r3, where=m7)
+            numpy.copyto(r4, r5, where=m7)
             numpy.logical_and(m2, m4, out=m7)
-            numpy.copyto(r6, 0.0, where=m7)
-            numpy.add(r1, r6, out=r1)
-            numpy.copyto(r6, 0.0)
+            numpy.copyto(r4, 0.0, where=m7)
+            numpy.add(out, r4, out=out)
+            numpy.copyto(r4, 0.0)
             numpy.maximum(ep, t_exp, out=r7)
             numpy.divide(r2, r7, out=r7)
-            numpy.add(r7, r4, out=r7)
-            numpy.copyto(r6, r7, where=m6)
+            numpy.add(r7, r6, out=r7)
+            numpy.copyto(r4, r7, where=m6)
             numpy.logical_and(m3, m6, out=m7)
             numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r0, r7, out=r7)
-            numpy.add(r7, r3, out=r7)
-            numpy.copyto(r6, r7, where=m7)
+            numpy.divide(r3, r7, out=r7)
+            numpy.add(r7, r5, out=r7)
+            numpy.copyto(r4, r7, where=m7)
             numpy.logical_and(m4, m6, out=m7)
-            numpy.copyto(r6, 0.0, where=m7)
-            numpy.add(r1, r6, out=r1)
-            numpy.multiply(out, r1, out=out)
+            numpy.copyto(r4, 0.0, where=m7)
+            numpy.add(out, r4, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -8727,7 +8571,7 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 107 (SymPy count_ops of the CSE form below); NumPy calls per block: 115.
+    # ops: 107 (SymPy count_ops of the CSE form below); NumPy calls per block: 57.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -8762,125 +8606,92 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
         tmp31 = xp.equal(zero2_exp, 1)
         out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv3 = h*shared_expert_gate
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            tmp1 = dh*n_kv
+            tmp2 = 0.5*n_attMM
+            tmp3 = 2*n_qknorm
+            tmp4 = h*o_bias
+            tmp5 = a*dh
+            tmp6 = h*tmp5
+            tmp7 = 0.25*n_attMM
+            tmp8 = attn_output_gate + 1
+            tmp9 = qkv_bias*tmp8
+            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
+            tmp15 = n_kv/a
+            tmp16 = (h*h)
+            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv3 = h*shared_expert_gate
     call = _runtime.Call(
         "stage_dp_unconverted_standard_moe_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
-        (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp),
-        reals=13,
+        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3"),
+        (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3),
+        reals=8,
         masks=8,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dh*n_kv -> r0
-            numpy.multiply(dh, n_kv, out=r0)
-            # tmp2 = 0.5*n_attMM -> r1
-            numpy.multiply(n_attMM, 0.5, out=r1)
-            # tmp3 = 2*n_qknorm -> r2
-            numpy.multiply(n_qknorm, 2.0, out=r2)
-            # tmp4 = h*o_bias -> r3
-            numpy.multiply(o_bias, h, out=r3)
-            # tmp5 = a*dh -> r4
-            numpy.multiply(dh, a, out=r4)
-            # tmp6 = h*tmp5 -> r5
-            numpy.multiply(r4, h, out=r5)
-            # tmp7 = 0.25*n_attMM -> r6
-            numpy.multiply(n_attMM, 0.25, out=r6)
-            # tmp8 = attn_output_gate + 1 -> r7
-            numpy.add(1.0, attn_output_gate, out=r7)
-            # tmp9 = qkv_bias*tmp8 -> r8
-            numpy.multiply(r7, qkv_bias, out=r8)
-            # tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp -> r9
-            numpy.multiply(h, n_exp, out=r9)
-            numpy.add(1.0, norm_bias, out=r10)
-            numpy.multiply(r10, layer_norms, out=r10)
-            numpy.multiply(r10, h, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, attn_extra_p, out=r9)
-            # tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) +
-            #     tmp7*(tmp5*tmp9 + tmp6*tmp8))/t -> r10
-            numpy.multiply(r0, qkv_bias, out=r10)
-            numpy.multiply(r0, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.multiply(r2, dh, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r3, r5, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r4, r8, out=r11)
-            numpy.multiply(r5, r7, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, r9, out=r10)
-            numpy.divide(r10, t, out=r10)
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3 in call.blocks():
+            # tmp11 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp13 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
-            # tmp15 = n_kv/a -> r0
-            numpy.divide(n_kv, a, out=r0)
-            # tmp16 = (h*h) -> r4
-            numpy.multiply(h, h, out=r4)
-            # tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) +
-            #     tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t -> r5
-            numpy.multiply(r0, r4, out=r5)
-            numpy.multiply(r0, qkv_bias, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r3, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r4, r7, out=r11)
-            numpy.multiply(r8, h, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.multiply(r2, h, out=r11)
-            numpy.divide(r11, a, out=r11)
-            numpy.add(r5, r11, out=r5)
-            numpy.add(r5, r9, out=r5)
-            numpy.divide(r5, t, out=r5)
+            # tmp17 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
             # tmp18 = numpy.equal(zero3_exp, 1) -> m2
             numpy.equal(zero3_exp, 1.0, out=m2)
             # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m3
             numpy.not_equal(n_shared_exp, 0.0, out=m3)
-            # tmp20 = h*hff_exp*n_ffMM -> r0
-            numpy.multiply(hff_exp, n_ffMM, out=r0)
-            numpy.multiply(r0, h, out=r0)
-            # tmp21 = hff_exp*(n_ffMM - 1) -> r1
-            numpy.subtract(n_ffMM, 1.0, out=r1)
-            numpy.multiply(r1, hff_exp, out=r1)
-            # tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1,
-            #     etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20) -> r2
-            numpy.add(r1, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r2, r0, out=r2)
-            numpy.multiply(r2, n_shared_exp, out=r2)
+            # tmp23 = inv2 + n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) +
+            #     tmp20/numpy.maximum(1, etp)) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(tmp20, r2, out=r2)
             numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(r0, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
+            numpy.divide(tmp21, r3, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
             numpy.add(r2, r3, out=r2)
-            # tmp24 = h*shared_expert_gate + tmp23 -> r0
-            numpy.multiply(shared_expert_gate, h, out=r0)
-            numpy.add(r0, r2, out=r0)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv2, out=r2)
+            # tmp24 = inv3 + tmp23 -> r3
+            numpy.add(inv3, r2, out=r3)
             # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m4
-            numpy.copyto(m4, numpy.where(m3, numpy.equal(r0, 0), numpy.equal(r2, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r1
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp28 = tmp24*tmp27 -> r3
-            numpy.multiply(r0, r1, out=r3)
-            # tmp29 = tmp23*tmp27 -> r4
-            numpy.multiply(r2, r1, out=r4)
+            numpy.copyto(m4, numpy.where(m3, numpy.equal(r3, 0), numpy.equal(r2, 0)))
+            # tmp27 = 1/(cp*ep*t_exp) -> r4
+            numpy.multiply(cp, ep, out=r4)
+            numpy.multiply(r4, t_exp, out=r4)
+            numpy.divide(1.0, r4, out=r4)
+            # tmp28 = tmp24*tmp27 -> r5
+            numpy.multiply(r3, r4, out=r5)
+            # tmp29 = tmp23*tmp27 -> r6
+            numpy.multiply(r2, r4, out=r6)
             # tmp30 = numpy.equal(zero2_non_exp, 1) -> m5
             numpy.equal(zero2_non_exp, 1.0, out=m5)
             # tmp31 = numpy.equal(zero2_exp, 1) -> m6
@@ -8894,38 +8705,38 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
             #     numpy.where(numpy.logical_and.reduce((tmp19,tmp31)), tmp24/numpy.maximum(ep,
             #     t_exp) + tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0)))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r5, where=m0)
+            numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r10, where=m7)
-            numpy.copyto(r1, 0.0)
-            numpy.divide(r5, cp, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.copyto(r1, r6, where=m5)
+            numpy.copyto(out, r0, where=m7)
+            numpy.copyto(r4, 0.0)
+            numpy.divide(r1, cp, out=r7)
+            numpy.add(r7, r1, out=r7)
+            numpy.copyto(r4, r7, where=m5)
             numpy.logical_and(m1, m5, out=m7)
-            numpy.divide(r10, cp, out=r6)
-            numpy.add(r6, r10, out=r6)
-            numpy.copyto(r1, r6, where=m7)
-            numpy.add(out, r1, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, r4, where=m2)
+            numpy.divide(r0, cp, out=r7)
+            numpy.add(r7, r0, out=r7)
+            numpy.copyto(r4, r7, where=m7)
+            numpy.add(out, r4, out=out)
+            numpy.copyto(r4, 0.0)
+            numpy.copyto(r4, r6, where=m2)
             numpy.logical_and(m2, m3, out=m7)
-            numpy.copyto(r1, r3, where=m7)
+            numpy.copyto(r4, r5, where=m7)
             numpy.logical_and(m2, m4, out=m7)
-            numpy.copyto(r1, 0.0, where=m7)
-            numpy.add(out, r1, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.maximum(ep, t_exp, out=r6)
-            numpy.divide(r2, r6, out=r6)
-            numpy.add(r6, r4, out=r6)
-            numpy.copyto(r1, r6, where=m6)
+            numpy.copyto(r4, 0.0, where=m7)
+            numpy.add(out, r4, out=out)
+            numpy.copyto(r4, 0.0)
+            numpy.maximum(ep, t_exp, out=r7)
+            numpy.divide(r2, r7, out=r7)
+            numpy.add(r7, r6, out=r7)
+            numpy.copyto(r4, r7, where=m6)
             numpy.logical_and(m3, m6, out=m7)
-            numpy.maximum(ep, t_exp, out=r6)
-            numpy.divide(r0, r6, out=r6)
-            numpy.add(r6, r3, out=r6)
-            numpy.copyto(r1, r6, where=m7)
+            numpy.maximum(ep, t_exp, out=r7)
+            numpy.divide(r3, r7, out=r7)
+            numpy.add(r7, r5, out=r7)
+            numpy.copyto(r4, r7, where=m7)
             numpy.logical_and(m4, m6, out=m7)
-            numpy.copyto(r1, 0.0, where=m7)
-            numpy.add(out, r1, out=out)
+            numpy.copyto(r4, 0.0, where=m7)
+            numpy.add(out, r4, out=out)
     return call.out
 
 
@@ -9016,7 +8827,7 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 117 (SymPy count_ops of the CSE form below); NumPy calls per block: 122.
+    # ops: 117 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9043,72 +8854,82 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
         tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = 4*h
+            tmp19 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp20 = a*tmp19
+            tmp21 = n_attMM*(h + qkv_bias)
+            inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
+            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = 4*h
+            tmp19 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp20 = a*tmp19
+            tmp21 = n_attMM*(h + qkv_bias)
+            inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
+            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp),
-        reals=18,
+        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+        reals=14,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m) -> r1
-            numpy.multiply(reshards, 2.0, out=r1)
-            numpy.subtract(1.0, reshards, out=r2)
-            numpy.divide(r2, m, out=r2)
-            numpy.add(r1, r2, out=r1)
+            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+            numpy.divide(inv0, m, out=r1)
+            numpy.add(r1, inv1, out=r1)
             numpy.multiply(r1, bytes_p, out=r1)
             numpy.add(r1, bytes_grad, out=r1)
             # tmp4 = tmp3/t_exp -> r2
             numpy.divide(r1, t_exp, out=r2)
-            # tmp5 = h*hff_exp*n_ffMM -> r3
-            numpy.multiply(hff_exp, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            # tmp6 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1 -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.copyto(r6, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(r5, r0, out=r5)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-            numpy.divide(shard_p_os_exp, t_exp, out=r6)
-            numpy.maximum(r6, 1.0, out=r6)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r7
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.add(r8, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.multiply(r6, ep, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            # tmp11 = cp*d -> r3
-            numpy.multiply(cp, d, out=r3)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r4
-            numpy.multiply(r3, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp_partial, out=r4)
+            # tmp7 = inv2/tmp1 -> r3
+            numpy.divide(inv2, r0, out=r3)
+            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1) -> r8
+            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+            #     etp))/(ep*tmp8) -> r5
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp5, r5, out=r5)
+            numpy.maximum(1.0, etp, out=r6)
+            numpy.divide(tmp6, r6, out=r6)
+            numpy.add(r6, h, out=r6)
+            numpy.multiply(r6, mlp_bias, out=r6)
+            numpy.add(r5, r6, out=r5)
+            numpy.multiply(r5, n_exp, out=r5)
+            numpy.multiply(r4, ep, out=r6)
+            numpy.divide(r5, r6, out=r5)
+            # tmp11 = cp*d -> r6
+            numpy.multiply(cp, d, out=r6)
+            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+            numpy.multiply(r6, t_exp, out=r7)
+            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+            numpy.maximum(r7, 1.0, out=r7)
+            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+            #     shard_spans_cp)), 1/m, 1) -> r8
             numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
+            numpy.multiply(inv3, cp, out=r9)
             numpy.add(r9, shard_spans_cp, out=r9)
             numpy.multiply(r9, t, out=r9)
             numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
@@ -9126,84 +8947,46 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
             # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
             numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
             numpy.maximum(r11, 1.0, out=r11)
-            # tmp18 = 4*h -> r12
-            numpy.multiply(h, 4.0, out=r12)
-            # tmp19 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r13
-            numpy.divide(h, a, out=r13)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r13, dh, where=m0)
-            # tmp20 = a*tmp19 -> r14
-            numpy.multiply(r13, a, out=r14)
-            # tmp21 = n_attMM*(h + qkv_bias) -> r15
-            numpy.add(qkv_bias, h, out=r15)
-            numpy.multiply(r15, n_attMM, out=r15)
-            # tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias +
-            #     1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 +
-            #     tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17) -> r16
-            numpy.multiply(attn_extra_p, 4.0, out=r16)
-            numpy.multiply(r12, n_exp, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r13, n_qknorm, out=r17)
-            numpy.multiply(r17, 8.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(1.0, norm_bias, out=r17)
-            numpy.multiply(r17, r12, out=r17)
-            numpy.multiply(r17, layer_norms, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(1.0, attn_output_gate, out=r17)
-            numpy.multiply(r17, r14, out=r17)
-            numpy.multiply(r17, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r14, o_bias, out=r17)
-            numpy.multiply(r17, n_attMM, out=r17)
-            numpy.multiply(r17, h, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r13, r15, out=r17)
-            numpy.multiply(r17, n_kv, out=r17)
-            numpy.multiply(r17, 2.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r11, t, out=r17)
-            numpy.divide(r16, r17, out=r16)
-            # tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r3, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
-            # out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 -
-            #     1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) +
-            #     0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 -
-            #     1)/tmp12)
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r6, 1.0, out=r3)
-            numpy.multiply(r3, r7, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.subtract(r0, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r5, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.subtract(r11, 1.0, out=r13)
-            numpy.multiply(r13, r16, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, 0.25, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.subtract(r10, 1.0, out=r13)
-            numpy.multiply(r13, r7, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.divide(r13, r10, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.subtract(r4, 1.0, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.multiply(r13, r5, out=r13)
-            numpy.divide(r13, r4, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.subtract(r12, 1.0, out=r13)
-            numpy.multiply(r13, r8, out=r13)
-            numpy.multiply(r13, r16, out=r13)
-            numpy.divide(r13, r12, out=r13)
-            numpy.multiply(r13, 0.5, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.multiply(out, r3, out=out)
+            # tmp22 = inv4/(t*tmp17) -> r12
+            numpy.multiply(r11, t, out=r12)
+            numpy.divide(inv4, r12, out=r12)
+            # tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+            numpy.multiply(r6, t, out=r13)
+            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+            numpy.maximum(r13, 1.0, out=r13)
+            # out = inv5*score_factor_dp*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) +
+            #     0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) +
+            #     tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
+            numpy.subtract(r4, 1.0, out=out)
+            numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, r2, out=out)
+            numpy.subtract(r0, 1.0, out=r6)
+            numpy.multiply(r6, r2, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r11, 1.0, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.multiply(r6, r1, out=r6)
+            numpy.multiply(r6, 0.25, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r10, 1.0, out=r6)
+            numpy.multiply(r6, r5, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.divide(r6, r10, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r7, 1.0, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.divide(r6, r7, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r13, 1.0, out=r6)
+            numpy.multiply(r6, r8, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.divide(r6, r13, out=r6)
+            numpy.multiply(r6, 0.5, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv5, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -9288,7 +9071,7 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 113 (SymPy count_ops of the CSE form below); NumPy calls per block: 118.
+    # ops: 113 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9315,72 +9098,80 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
         tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = 4*h
+            tmp19 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp20 = a*tmp19
+            tmp21 = n_attMM*(h + qkv_bias)
+            inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_standard_moe_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate))
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = 4*h
+            tmp19 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp20 = a*tmp19
+            tmp21 = n_attMM*(h + qkv_bias)
+            inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
     call = _runtime.Call(
         "stage_dp_unconverted_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp),
-        reals=18,
+        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+        reals=14,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m) -> r1
-            numpy.multiply(reshards, 2.0, out=r1)
-            numpy.subtract(1.0, reshards, out=r2)
-            numpy.divide(r2, m, out=r2)
-            numpy.add(r1, r2, out=r1)
+            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+            numpy.divide(inv0, m, out=r1)
+            numpy.add(r1, inv1, out=r1)
             numpy.multiply(r1, bytes_p, out=r1)
             numpy.add(r1, bytes_grad, out=r1)
             # tmp4 = tmp3/t_exp -> r2
             numpy.divide(r1, t_exp, out=r2)
-            # tmp5 = h*hff_exp*n_ffMM -> r3
-            numpy.multiply(hff_exp, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            # tmp6 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1 -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.copyto(r6, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(r5, r0, out=r5)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-            numpy.divide(shard_p_os_exp, t_exp, out=r6)
-            numpy.maximum(r6, 1.0, out=r6)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r7
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.add(r8, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.multiply(r6, ep, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            # tmp11 = cp*d -> r3
-            numpy.multiply(cp, d, out=r3)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r4
-            numpy.multiply(r3, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp_partial, out=r4)
+            # tmp7 = inv2/tmp1 -> r3
+            numpy.divide(inv2, r0, out=r3)
+            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1) -> r8
+            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+            #     etp))/(ep*tmp8) -> r5
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp5, r5, out=r5)
+            numpy.maximum(1.0, etp, out=r6)
+            numpy.divide(tmp6, r6, out=r6)
+            numpy.add(r6, h, out=r6)
+            numpy.multiply(r6, mlp_bias, out=r6)
+            numpy.add(r5, r6, out=r5)
+            numpy.multiply(r5, n_exp, out=r5)
+            numpy.multiply(r4, ep, out=r6)
+            numpy.divide(r5, r6, out=r5)
+            # tmp11 = cp*d -> r6
+            numpy.multiply(cp, d, out=r6)
+            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+            numpy.multiply(r6, t_exp, out=r7)
+            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+            numpy.maximum(r7, 1.0, out=r7)
+            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+            #     shard_spans_cp)), 1/m, 1) -> r8
             numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
+            numpy.multiply(inv3, cp, out=r9)
             numpy.add(r9, shard_spans_cp, out=r9)
             numpy.multiply(r9, t, out=r9)
             numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
@@ -9398,79 +9189,44 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
             # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
             numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
             numpy.maximum(r11, 1.0, out=r11)
-            # tmp18 = 4*h -> r12
-            numpy.multiply(h, 4.0, out=r12)
-            # tmp19 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r13
-            numpy.divide(h, a, out=r13)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r13, dh, where=m0)
-            # tmp20 = a*tmp19 -> r14
-            numpy.multiply(r13, a, out=r14)
-            # tmp21 = n_attMM*(h + qkv_bias) -> r15
-            numpy.add(qkv_bias, h, out=r15)
-            numpy.multiply(r15, n_attMM, out=r15)
-            # tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias +
-            #     1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 +
-            #     tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17) -> r16
-            numpy.multiply(attn_extra_p, 4.0, out=r16)
-            numpy.multiply(r12, n_exp, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r13, n_qknorm, out=r17)
-            numpy.multiply(r17, 8.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(1.0, norm_bias, out=r17)
-            numpy.multiply(r17, r12, out=r17)
-            numpy.multiply(r17, layer_norms, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(1.0, attn_output_gate, out=r17)
-            numpy.multiply(r17, r14, out=r17)
-            numpy.multiply(r17, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r14, o_bias, out=r17)
-            numpy.multiply(r17, n_attMM, out=r17)
-            numpy.multiply(r17, h, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r13, r15, out=r17)
-            numpy.multiply(r17, n_kv, out=r17)
-            numpy.multiply(r17, 2.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r11, t, out=r17)
-            numpy.divide(r16, r17, out=r16)
-            # tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r3, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
+            # tmp22 = inv4/(t*tmp17) -> r12
+            numpy.multiply(r11, t, out=r12)
+            numpy.divide(inv4, r12, out=r12)
+            # tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+            numpy.multiply(r6, t, out=r13)
+            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+            numpy.maximum(r13, 1.0, out=r13)
             # out = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23
             #     - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) +
             #     tmp14*tmp7*(tmp12 - 1)/tmp12
-            numpy.subtract(r6, 1.0, out=out)
-            numpy.multiply(out, r7, out=out)
+            numpy.subtract(r4, 1.0, out=out)
+            numpy.multiply(out, r5, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.subtract(r0, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r11, 1.0, out=r3)
-            numpy.multiply(r3, r16, out=r3)
-            numpy.multiply(r3, r1, out=r3)
-            numpy.multiply(r3, 0.25, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r10, 1.0, out=r3)
-            numpy.multiply(r3, r7, out=r3)
-            numpy.multiply(r3, r9, out=r3)
-            numpy.divide(r3, r10, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r4, 1.0, out=r3)
-            numpy.multiply(r3, r9, out=r3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.divide(r3, r4, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r12, 1.0, out=r3)
-            numpy.multiply(r3, r8, out=r3)
-            numpy.multiply(r3, r16, out=r3)
-            numpy.divide(r3, r12, out=r3)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.add(out, r3, out=out)
+            numpy.subtract(r0, 1.0, out=r6)
+            numpy.multiply(r6, r2, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r11, 1.0, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.multiply(r6, r1, out=r6)
+            numpy.multiply(r6, 0.25, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r10, 1.0, out=r6)
+            numpy.multiply(r6, r5, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.divide(r6, r10, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r7, 1.0, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.divide(r6, r7, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r13, 1.0, out=r6)
+            numpy.multiply(r6, r8, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.divide(r6, r13, out=r6)
+            numpy.multiply(r6, 0.5, out=r6)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -9541,7 +9297,7 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 92 (SymPy count_ops of the CSE form below); NumPy calls per block: 97.
+    # ops: 94 (SymPy count_ops of the CSE form below); NumPy calls per block: 52.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9558,134 +9314,104 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
         tmp12 = n_attMM*(h + qkv_bias)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1) + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 + tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp3 = h*hff_exp*n_ffMM
+            tmp4 = hff_exp*(n_ffMM - 1)
+            tmp9 = 4*h
+            tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp11 = a*tmp10
+            tmp12 = n_attMM*(h + qkv_bias)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv1 = attn_extra_p + 0.25*(h*n_attMM*(o_bias + tmp11)) + 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_exp*tmp9) + 0.5*(n_kv*tmp10*tmp12) + 2*n_qknorm*tmp10 + 0.25*(tmp11*tmp12*(attn_output_gate + 1))
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_reduced_standard_moe_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate))
+            tmp3 = h*hff_exp*n_ffMM
+            tmp4 = hff_exp*(n_ffMM - 1)
+            tmp9 = 4*h
+            tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            tmp11 = a*tmp10
+            tmp12 = n_attMM*(h + qkv_bias)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv1 = attn_extra_p + 0.25*(h*n_attMM*(o_bias + tmp11)) + 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_exp*tmp9) + 0.5*(n_kv*tmp10*tmp12) + 2*n_qknorm*tmp10 + 0.25*(tmp11*tmp12*(attn_output_gate + 1))
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
     call = _runtime.Call(
         "stage_dp_reduced_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp),
-        reals=12,
+        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+        reals=6,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
             # tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r1
             numpy.multiply(r0, t_exp, out=r1)
             numpy.divide(r1, shard_p_os_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # tmp3 = h*hff_exp*n_ffMM -> r2
-            numpy.multiply(hff_exp, n_ffMM, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            # tmp4 = hff_exp*(n_ffMM - 1) -> r3
-            numpy.subtract(n_ffMM, 1.0, out=r3)
-            numpy.multiply(r3, hff_exp, out=r3)
-            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r4
-            numpy.multiply(cp, d_exp, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r5
-            numpy.multiply(r0, t, out=r5)
-            numpy.divide(r5, shard_p_os_non_exp_partial, out=r5)
-            numpy.maximum(r5, 1.0, out=r5)
-            # tmp9 = 4*h -> r0
-            numpy.multiply(h, 4.0, out=r0)
-            # tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a) -> r6
-            numpy.divide(h, a, out=r6)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r6, dh, where=m0)
-            # tmp11 = a*tmp10 -> r7
-            numpy.multiply(r6, a, out=r7)
-            # tmp12 = n_attMM*(h + qkv_bias) -> r8
-            numpy.add(qkv_bias, h, out=r8)
-            numpy.multiply(r8, n_attMM, out=r8)
-            # out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate,
-            #     0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 -
-            #     1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1)
-            #     + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 +
-            #     tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*numpy.maximum(1,
-            #     shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
+            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
+            numpy.multiply(cp, d_exp, out=r2)
+            numpy.multiply(r2, t_exp, out=r2)
+            numpy.divide(r2, shard_p_os_exp, out=r2)
+            numpy.maximum(r2, 1.0, out=r2)
+            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r3
+            numpy.multiply(r0, t, out=r3)
+            numpy.divide(r3, shard_p_os_non_exp_partial, out=r3)
+            numpy.maximum(r3, 1.0, out=r3)
+            # out = inv3*(inv0*(tmp2 - 1)/(t_exp*tmp2*numpy.maximum(1,
+            #     shard_p_os_exp_partial/t_exp)) + inv1*(tmp8 - 1)/(t*tmp8*numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t)) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
             #     tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1,
             #     etp))/(ep*t_exp*tmp5*numpy.maximum(1,
             #     shard_p_os_exp/t_exp)))*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)
             numpy.subtract(r1, 1.0, out=out)
-            numpy.add(r3, h, out=r9)
-            numpy.multiply(r9, mlp_bias, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, n_shared_exp, out=r9)
-            numpy.copyto(r10, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r11)
-            numpy.copyto(r10, r11, where=m0)
-            numpy.add(r9, r10, out=r9)
-            numpy.multiply(out, r9, out=out)
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r9)
-            numpy.maximum(r9, 1.0, out=r9)
-            numpy.multiply(r9, r1, out=r9)
-            numpy.multiply(r9, t_exp, out=r9)
-            numpy.divide(out, r9, out=out)
-            numpy.subtract(r5, 1.0, out=r9)
-            numpy.multiply(attn_extra_p, 4.0, out=r10)
-            numpy.multiply(r0, n_exp, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r6, n_qknorm, out=r11)
-            numpy.multiply(r11, 8.0, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(1.0, attn_output_gate, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r8, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(1.0, norm_bias, out=r11)
-            numpy.multiply(r11, r0, out=r11)
-            numpy.multiply(r11, layer_norms, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r7, o_bias, out=r11)
-            numpy.multiply(r11, n_attMM, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r6, r8, out=r11)
-            numpy.multiply(r11, n_kv, out=r11)
-            numpy.multiply(r11, 2.0, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r9, r10, out=r9)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            numpy.multiply(r10, r5, out=r10)
-            numpy.multiply(r10, t, out=r10)
-            numpy.divide(r9, r10, out=r9)
-            numpy.multiply(r9, 0.25, out=r9)
-            numpy.add(out, r9, out=out)
-            numpy.subtract(r4, 1.0, out=r9)
-            numpy.maximum(1.0, etp, out=r10)
-            numpy.divide(r2, r10, out=r10)
-            numpy.maximum(1.0, etp, out=r11)
-            numpy.divide(r3, r11, out=r11)
-            numpy.add(r11, h, out=r11)
-            numpy.multiply(r11, mlp_bias, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r9, r10, out=r9)
-            numpy.multiply(r9, n_exp, out=r9)
-            numpy.divide(shard_p_os_exp, t_exp, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            numpy.multiply(r10, r4, out=r10)
-            numpy.multiply(r10, ep, out=r10)
-            numpy.multiply(r10, t_exp, out=r10)
-            numpy.divide(r9, r10, out=r9)
-            numpy.add(out, r9, out=out)
-            numpy.copyto(r9, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r10)
-            numpy.multiply(r10, cp, out=r10)
-            numpy.add(r10, shard_spans_cp, out=r10)
-            numpy.multiply(r10, t, out=r10)
-            numpy.greater(shard_p_os_non_exp_partial, r10, out=m0)
-            numpy.divide(1.0, m, out=r10)
-            numpy.copyto(r9, r10, where=m0)
-            numpy.multiply(out, r9, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.multiply(out, 2.0, out=out)
+            numpy.multiply(out, inv0, out=out)
+            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+            numpy.maximum(r0, 1.0, out=r0)
+            numpy.multiply(r0, r1, out=r0)
+            numpy.multiply(r0, t_exp, out=r0)
+            numpy.divide(out, r0, out=out)
+            numpy.subtract(r3, 1.0, out=r0)
+            numpy.multiply(r0, inv1, out=r0)
+            numpy.divide(shard_p_os_non_exp_partial, t, out=r4)
+            numpy.maximum(r4, 1.0, out=r4)
+            numpy.multiply(r4, r3, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.subtract(r2, 1.0, out=r0)
+            numpy.maximum(1.0, etp, out=r4)
+            numpy.divide(tmp3, r4, out=r4)
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp4, r5, out=r5)
+            numpy.add(r5, h, out=r5)
+            numpy.multiply(r5, mlp_bias, out=r5)
+            numpy.add(r4, r5, out=r4)
+            numpy.multiply(r0, r4, out=r0)
+            numpy.multiply(r0, n_exp, out=r0)
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
+            numpy.maximum(r4, 1.0, out=r4)
+            numpy.multiply(r4, r2, out=r4)
+            numpy.multiply(r4, ep, out=r4)
+            numpy.multiply(r4, t_exp, out=r4)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.copyto(r0, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r0, r4, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv3, out=out)
     return call.out
 
 
@@ -9771,7 +9497,7 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 88.
+    # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9796,111 +9522,83 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp),
-        reals=11,
+        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
+        reals=6,
         masks=5,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dc_kv*n_kv -> r0
-            numpy.multiply(dc_kv, n_kv, out=r0)
-            # tmp2 = a*dc_q -> r1
-            numpy.multiply(dc_q, a, out=r1)
-            # tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr) -> r2
-            numpy.multiply(dc_q, h, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(dh, a, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            numpy.add(r2, dc_q, out=r2)
-            # tmp4 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3) ->
-            #     r4
-            numpy.add(dh, qk_nope_head_dim, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.add(dhr, qk_nope_head_dim, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp6 = 2*dh -> r5
-            numpy.multiply(dh, 2.0, out=r5)
-            # tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-            #     mlp_bias*(h + hff*(n_ffMM - 1))) -> r6
-            numpy.add(n_shared_exp, n_exp, out=r6)
-            numpy.subtract(n_ffMM, 1.0, out=r7)
-            numpy.multiply(r7, hff, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.multiply(hff, n_ffMM, out=r8)
-            numpy.multiply(r8, h, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.add(1.0, norm_bias, out=r7)
-            numpy.multiply(r7, layer_norms, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp8 = n_qknorm*tmp6 + tmp7 -> r7
-            numpy.multiply(r5, n_qknorm, out=r7)
-            numpy.add(r7, r6, out=r7)
-            # tmp9 = (tmp5 + tmp8)/t -> r8
-            numpy.add(r4, r7, out=r8)
-            numpy.divide(r8, t, out=r8)
+        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
+            # tmp9 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp11 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
             # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3) -> r9
-            numpy.multiply(r0, r5, out=r9)
-            numpy.add(dh, dhr, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # tmp14 = (tmp13 + tmp8)/t -> r0
-            numpy.add(r9, r7, out=r0)
-            numpy.divide(r0, t, out=r0)
-            # tmp15 = tmp7 + 2*h*n_qknorm/a -> r1
-            numpy.multiply(n_qknorm, h, out=r1)
-            numpy.divide(r1, a, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(r1, r6, out=r1)
-            # tmp16 = (tmp15 + tmp5)/t -> r2
-            numpy.add(r1, r4, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp17 = (tmp13 + tmp15)/t -> r3
-            numpy.add(r9, r1, out=r3)
-            numpy.divide(r3, t, out=r3)
+            # tmp14 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
+            # tmp16 = inv2/t -> r2
+            numpy.divide(inv2, t, out=r2)
+            # tmp17 = inv3/t -> r3
+            numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = score_factor_dp*stage_cost_scale*(1 -
-            #     comm_dp_overlap)*(numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)),
+            #     tmp9, numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
             #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
             #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp19)), tmp9 +
             #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp19)), tmp14 + tmp14/cp,
             #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), tmp16 + tmp16/cp,
             #     numpy.where(tmp19, tmp17 + tmp17/cp, 0)))))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, r3, where=m0)
+            numpy.copyto(out, 0.0)
+            numpy.copyto(out, r3, where=m0)
             numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(r1, r2, where=m4)
+            numpy.copyto(out, r2, where=m4)
             numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(r1, r0, where=m4)
+            numpy.copyto(out, r1, where=m4)
             numpy.logical_and(m0, m1, out=m4)
             numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(r1, r8, where=m4)
+            numpy.copyto(out, r0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.divide(r3, cp, out=r5)
             numpy.add(r5, r3, out=r5)
@@ -9910,18 +9608,17 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
             numpy.add(r5, r2, out=r5)
             numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
+            numpy.divide(r1, cp, out=r5)
+            numpy.add(r5, r1, out=r5)
             numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m2, out=m4)
             numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r8, cp, out=r5)
-            numpy.add(r5, r8, out=r5)
+            numpy.divide(r0, cp, out=r5)
+            numpy.add(r5, r0, out=r5)
             numpy.copyto(r4, r5, where=m4)
-            numpy.add(r1, r4, out=r1)
-            numpy.multiply(out, r1, out=out)
+            numpy.add(out, r4, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -10002,7 +9699,7 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 84.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -10027,91 +9724,63 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_latent_dense_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
-        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
-        (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp),
-        reals=11,
+        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
+        (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
+        reals=6,
         masks=5,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dc_kv*n_kv -> r0
-            numpy.multiply(dc_kv, n_kv, out=r0)
-            # tmp2 = a*dc_q -> r1
-            numpy.multiply(dc_q, a, out=r1)
-            # tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr) -> r2
-            numpy.multiply(dc_q, h, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(dh, a, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            numpy.add(r2, dc_q, out=r2)
-            # tmp4 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3) ->
-            #     r4
-            numpy.add(dh, qk_nope_head_dim, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.add(dhr, qk_nope_head_dim, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp6 = 2*dh -> r5
-            numpy.multiply(dh, 2.0, out=r5)
-            # tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-            #     mlp_bias*(h + hff*(n_ffMM - 1))) -> r6
-            numpy.add(n_shared_exp, n_exp, out=r6)
-            numpy.subtract(n_ffMM, 1.0, out=r7)
-            numpy.multiply(r7, hff, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.multiply(hff, n_ffMM, out=r8)
-            numpy.multiply(r8, h, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.add(1.0, norm_bias, out=r7)
-            numpy.multiply(r7, layer_norms, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp8 = n_qknorm*tmp6 + tmp7 -> r7
-            numpy.multiply(r5, n_qknorm, out=r7)
-            numpy.add(r7, r6, out=r7)
-            # tmp9 = (tmp5 + tmp8)/t -> r8
-            numpy.add(r4, r7, out=r8)
-            numpy.divide(r8, t, out=r8)
+        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp9 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp11 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
             # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3) -> r9
-            numpy.multiply(r0, r5, out=r9)
-            numpy.add(dh, dhr, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # tmp14 = (tmp13 + tmp8)/t -> r0
-            numpy.add(r9, r7, out=r0)
-            numpy.divide(r0, t, out=r0)
-            # tmp15 = tmp7 + 2*h*n_qknorm/a -> r1
-            numpy.multiply(n_qknorm, h, out=r1)
-            numpy.divide(r1, a, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(r1, r6, out=r1)
-            # tmp16 = (tmp15 + tmp5)/t -> r2
-            numpy.add(r1, r4, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp17 = (tmp13 + tmp15)/t -> r3
-            numpy.add(r9, r1, out=r3)
-            numpy.divide(r3, t, out=r3)
+            # tmp14 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
+            # tmp16 = inv2/t -> r2
+            numpy.divide(inv2, t, out=r2)
+            # tmp17 = inv3/t -> r3
+            numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
             # out = numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
@@ -10126,28 +9795,28 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
             numpy.logical_and(m0, m2, out=m4)
             numpy.copyto(out, r2, where=m4)
             numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(out, r1, where=m4)
             numpy.logical_and(m0, m1, out=m4)
             numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r8, where=m4)
-            numpy.copyto(r1, 0.0)
-            numpy.divide(r3, cp, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.copyto(r1, r4, where=m3)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r4, 0.0)
+            numpy.divide(r3, cp, out=r5)
+            numpy.add(r5, r3, out=r5)
+            numpy.copyto(r4, r5, where=m3)
             numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.copyto(r1, r4, where=m4)
+            numpy.divide(r2, cp, out=r5)
+            numpy.add(r5, r2, out=r5)
+            numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r0, cp, out=r4)
-            numpy.add(r4, r0, out=r4)
-            numpy.copyto(r1, r4, where=m4)
+            numpy.divide(r1, cp, out=r5)
+            numpy.add(r5, r1, out=r5)
+            numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m2, out=m4)
             numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r8, cp, out=r4)
-            numpy.add(r4, r8, out=r4)
-            numpy.copyto(r1, r4, where=m4)
-            numpy.add(out, r1, out=out)
+            numpy.divide(r0, cp, out=r5)
+            numpy.add(r5, r0, out=r5)
+            numpy.copyto(r4, r5, where=m4)
+            numpy.add(out, r4, out=out)
     return call.out
 
 
@@ -10214,116 +9883,77 @@ def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 78.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
         tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
-        tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-        tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
-        tmp5 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp4*(2*tmp5 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_fsdp_layer", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale))
+            tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
     call = _runtime.Call(
         "stage_dp_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t),
-        reals=7,
+        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r1
-            numpy.copyto(r1, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r1, qk_nope_head_dim, where=m0)
-            # tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h +
-            #     dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1) -> r2
-            numpy.add(n_shared_exp, n_exp, out=r2)
-            numpy.subtract(n_ffMM, 1.0, out=r3)
-            numpy.multiply(r3, hff, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.multiply(hff, n_ffMM, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.divide(h, a, out=r3)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r3, dh, where=m0)
-            numpy.multiply(r3, n_qknorm, out=r3)
-            numpy.multiply(r3, 2.0, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(dc_q, h, out=r3)
-            numpy.add(dc_kv, dhr, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r1, dh, out=r4)
-            numpy.multiply(r4, dc_kv, out=r4)
-            numpy.multiply(r4, n_kv, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r1, dhr, out=r4)
-            numpy.multiply(r4, dc_q, out=r4)
-            numpy.multiply(r4, a, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(dh, a, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, dc_kv, out=r3)
-            numpy.add(r3, dc_q, out=r3)
-            numpy.multiply(r3, n_attMM, out=r3)
-            numpy.multiply(r3, 0.25, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(1.0, norm_bias, out=r3)
-            numpy.multiply(r3, layer_norms, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r0, t, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            # tmp5 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
             numpy.multiply(cp, d, out=r1)
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp4*(2*tmp5
-            #     - 2)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp5 + tmp4*(bytes_grad +
-            #     bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r0, 1.0, out=r3)
-            numpy.multiply(reshards, 2.0, out=r4)
-            numpy.subtract(1.0, reshards, out=r5)
-            numpy.divide(r5, m, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, bytes_p, out=r4)
-            numpy.add(r4, bytes_grad, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r1, 2.0, out=r4)
-            numpy.subtract(r4, 2.0, out=r4)
-            numpy.copyto(r5, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r6)
-            numpy.multiply(r6, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.divide(1.0, m, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.multiply(r4, r2, out=r4)
-            numpy.multiply(r4, bytes_grad, out=r4)
-            numpy.divide(r4, r1, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(out, r3, out=out)
+            # out = inv4*score_factor_dp*(inv3*(tmp3 -
+            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+            #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + inv1))*(tmp1 -
+            #     1))/(t*tmp1)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, inv1, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
+            numpy.multiply(out, r2, out=out)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
+            numpy.multiply(r2, r3, out=r2)
+            numpy.multiply(r2, inv3, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(r0, t, out=r2)
+            numpy.divide(out, r2, out=out)
     return call.out
 
 
@@ -10384,112 +10014,75 @@ def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
+    # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
         tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
-        tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-        tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
-        tmp5 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
-        out = bytes_grad*tmp4*(2*tmp5 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp) = _runtime.reals("stage_dp_unconverted_mla_q_latent_dense_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp"), (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp))
+            tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-        (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t),
-        reals=6,
+        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r1
-            numpy.copyto(r1, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r1, qk_nope_head_dim, where=m0)
-            # tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h +
-            #     dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1) -> r2
-            numpy.add(n_shared_exp, n_exp, out=r2)
-            numpy.subtract(n_ffMM, 1.0, out=r3)
-            numpy.multiply(r3, hff, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.multiply(hff, n_ffMM, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.divide(h, a, out=r3)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r3, dh, where=m0)
-            numpy.multiply(r3, n_qknorm, out=r3)
-            numpy.multiply(r3, 2.0, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(dc_q, h, out=r3)
-            numpy.add(dc_kv, dhr, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r1, dh, out=r4)
-            numpy.multiply(r4, dc_kv, out=r4)
-            numpy.multiply(r4, n_kv, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r1, dhr, out=r4)
-            numpy.multiply(r4, dc_q, out=r4)
-            numpy.multiply(r4, a, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(dh, a, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, dc_kv, out=r3)
-            numpy.add(r3, dc_q, out=r3)
-            numpy.multiply(r3, n_attMM, out=r3)
-            numpy.multiply(r3, 0.25, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(1.0, norm_bias, out=r3)
-            numpy.multiply(r3, layer_norms, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r0, t, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            # tmp5 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
             numpy.multiply(cp, d, out=r1)
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # out = bytes_grad*tmp4*(2*tmp5 -
-            #     2)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp5 + tmp4*(bytes_grad +
-            #     bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+            # out = inv4*(inv3*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m +
+            #     inv1))*(tmp1 - 1))/(t*tmp1)
             numpy.subtract(r0, 1.0, out=out)
-            numpy.multiply(reshards, 2.0, out=r3)
-            numpy.subtract(1.0, reshards, out=r4)
-            numpy.divide(r4, m, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
-            numpy.multiply(out, r3, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, inv1, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(r1, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.copyto(r4, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r5)
-            numpy.multiply(r5, cp, out=r5)
-            numpy.add(r5, shard_spans_cp, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
-            numpy.divide(1.0, m, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, bytes_grad, out=r3)
-            numpy.divide(r3, r1, out=r3)
-            numpy.add(out, r3, out=out)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
+            numpy.multiply(r2, r3, out=r2)
+            numpy.multiply(r2, inv3, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv4, out=out)
+            numpy.multiply(r0, t, out=r2)
+            numpy.divide(out, r2, out=out)
     return call.out
 
 
@@ -10543,98 +10136,59 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 59 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
+    # ops: 59 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         tmp2 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-        out = bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        out = 2*bytes_grad*(tmp1 - 1)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp) = _runtime.reals("stage_dp_reduced_mla_q_latent_dense_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp"), (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp))
+            tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-        (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t),
-        reals=5,
+        ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+        (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+        reals=3,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t in call.blocks():
+        for out, r0, r1, r2, m0, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r1
-            numpy.copyto(r1, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r1, qk_nope_head_dim, where=m0)
-            # out = bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) +
-            #     0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv +
-            #     dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0),
-            #     dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-            #     1))))*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
+            # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0
+            #     + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t))
-            numpy.multiply(r0, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.add(n_shared_exp, n_exp, out=r2)
-            numpy.subtract(n_ffMM, 1.0, out=r3)
-            numpy.multiply(r3, hff, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.multiply(hff, n_ffMM, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.divide(h, a, out=r3)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r3, dh, where=m0)
-            numpy.multiply(r3, n_qknorm, out=r3)
-            numpy.multiply(r3, 2.0, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(dc_q, h, out=r3)
-            numpy.add(dc_kv, dhr, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r1, dh, out=r4)
-            numpy.multiply(r4, dc_kv, out=r4)
-            numpy.multiply(r4, n_kv, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r1, dhr, out=r4)
-            numpy.multiply(r4, dc_q, out=r4)
-            numpy.multiply(r4, a, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(dh, a, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, dc_kv, out=r3)
-            numpy.add(r3, dc_q, out=r3)
-            numpy.multiply(r3, n_attMM, out=r3)
-            numpy.multiply(r3, 0.25, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(1.0, norm_bias, out=r3)
-            numpy.multiply(r3, layer_norms, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(out, r2, out=out)
-            numpy.copyto(r2, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r3)
-            numpy.multiply(r3, cp, out=r3)
-            numpy.add(r3, shard_spans_cp, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.greater(shard_p_os_non_exp_partial, r3, out=m0)
-            numpy.divide(1.0, m, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            numpy.multiply(r2, r0, out=r2)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.copyto(r1, 1.0)
+            numpy.multiply(inv0, cp, out=r2)
+            numpy.add(r2, shard_spans_cp, out=r2)
             numpy.multiply(r2, t, out=r2)
-            numpy.divide(out, r2, out=out)
+            numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
+            numpy.divide(1.0, m, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.multiply(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
+            numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
+            numpy.maximum(r1, 1.0, out=r1)
+            numpy.multiply(r1, r0, out=r1)
+            numpy.multiply(r1, t, out=r1)
+            numpy.divide(out, r1, out=out)
     return call.out
 
 
@@ -10743,7 +10297,7 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 128.
+    # ops: 128 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -10752,215 +10306,217 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
         tmp1 = xp.not_equal(n_shared_exp, 0)
         tmp2 = h*hff_exp*n_ffMM
         tmp3 = hff_exp*(n_ffMM - 1)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
         tmp6 = h*shared_expert_gate + tmp5
         tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp9 = 1/(cp*ep*t_exp)
-        tmp10 = tmp6*tmp9
-        tmp11 = tmp5*tmp9
-        tmp13 = dc_kv*n_kv
-        tmp14 = a*dc_q
-        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp16 = 0.25*n_attMM
-        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-        tmp18 = 2*dh
-        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp20 = n_qknorm*tmp18 + tmp19
-        tmp21 = (tmp17 + tmp20)/t
-        tmp22 = xp.equal(zero3_non_exp, 1)
-        tmp23 = xp.not_equal(dh, 0)
-        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-        tmp26 = (tmp20 + tmp25)/t
-        tmp27 = tmp19 + 2*h*n_qknorm/a
-        tmp28 = (tmp17 + tmp27)/t
-        tmp29 = (tmp25 + tmp27)/t
-        tmp30 = xp.equal(zero2_exp, 1)
-        tmp32 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp30, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp30), tmp10 + tmp6/xp.maximum(ep, t_exp), xp.where(tmp30, tmp11 + tmp5/xp.maximum(ep, t_exp), 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), tmp21, xp.where(xp.logical_and(tmp22, tmp23), tmp26, xp.where(xp.logical_and(tmp22, tmp24), tmp28, xp.where(tmp22, tmp29, 0)))) + xp.where(xp.logical_and(tmp23, xp.logical_and(tmp24, tmp32)), tmp21 + tmp21/cp, xp.where(xp.logical_and(tmp23, tmp32), tmp26 + tmp26/cp, xp.where(xp.logical_and(tmp24, tmp32), tmp28 + tmp28/cp, xp.where(tmp32, tmp29 + tmp29/cp, 0)))))
+        tmp8 = 1/cp
+        tmp9 = tmp8/(ep*t_exp)
+        tmp10 = 1/t
+        tmp11 = dc_kv*n_kv
+        tmp12 = a*dc_q
+        tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
+        tmp15 = 0.25*tmp14
+        tmp16 = dh*n_qknorm
+        tmp17 = h*n_exp
+        tmp18 = h*layer_norms*(norm_bias + 1)
+        tmp19 = tmp17 + tmp18
+        tmp20 = 2*tmp16 + tmp19
+        tmp21 = xp.equal(zero3_non_exp, 1)
+        tmp22 = xp.not_equal(dh, 0)
+        tmp23 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
+        tmp25 = 0.25*tmp24
+        tmp26 = h*n_qknorm/a
+        tmp27 = tmp19 + 2*tmp26
+        tmp28 = xp.equal(zero2_exp, 1)
+        tmp29 = tmp9 + 1/xp.maximum(ep, t_exp)
+        tmp30 = 4*tmp17 + 4*tmp18
+        tmp31 = 8*tmp16 + tmp30
+        tmp32 = 0.25*(tmp10*(tmp8 + 1))
+        tmp33 = xp.equal(zero2_non_exp, 1)
+        tmp34 = 8*tmp26 + tmp30
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp2 = h*hff_exp*n_ffMM
+            tmp3 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            inv1 = h*shared_expert_gate
+            tmp11 = dc_kv*n_kv
+            tmp12 = a*dc_q
+            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
+            tmp15 = 0.25*tmp14
+            tmp16 = dh*n_qknorm
+            tmp17 = h*n_exp
+            tmp18 = h*layer_norms*(norm_bias + 1)
+            tmp19 = tmp17 + tmp18
+            tmp20 = 2*tmp16 + tmp19
+            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
+            tmp25 = 0.25*tmp24
+            tmp26 = h*n_qknorm/a
+            tmp27 = tmp19 + 2*tmp26
+            tmp30 = 4*tmp17 + 4*tmp18
+            tmp31 = 8*tmp16 + tmp30
+            tmp34 = 8*tmp26 + tmp30
+            inv2 = tmp15 + tmp20
+            inv3 = tmp20 + tmp25
+            inv4 = tmp15 + tmp27
+            inv5 = tmp25 + tmp27
+            inv6 = tmp14 + tmp31
+            inv7 = tmp24 + tmp31
+            inv8 = tmp14 + tmp34
+            inv9 = tmp24 + tmp34
+            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
+            tmp2 = h*hff_exp*n_ffMM
+            tmp3 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            inv1 = h*shared_expert_gate
+            tmp11 = dc_kv*n_kv
+            tmp12 = a*dc_q
+            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
+            tmp15 = 0.25*tmp14
+            tmp16 = dh*n_qknorm
+            tmp17 = h*n_exp
+            tmp18 = h*layer_norms*(norm_bias + 1)
+            tmp19 = tmp17 + tmp18
+            tmp20 = 2*tmp16 + tmp19
+            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
+            tmp25 = 0.25*tmp24
+            tmp26 = h*n_qknorm/a
+            tmp27 = tmp19 + 2*tmp26
+            tmp30 = 4*tmp17 + 4*tmp18
+            tmp31 = 8*tmp16 + tmp30
+            tmp34 = 8*tmp26 + tmp30
+            inv2 = tmp15 + tmp20
+            inv3 = tmp20 + tmp25
+            inv4 = tmp15 + tmp27
+            inv5 = tmp25 + tmp27
+            inv6 = tmp14 + tmp31
+            inv7 = tmp24 + tmp31
+            inv8 = tmp14 + tmp34
+            inv9 = tmp24 + tmp34
+            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp),
-        reals=15,
+        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
+        reals=8,
         masks=9,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
             # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
             numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp2 = h*hff_exp*n_ffMM -> r0
-            numpy.multiply(hff_exp, n_ffMM, out=r0)
-            numpy.multiply(r0, h, out=r0)
-            # tmp3 = hff_exp*(n_ffMM - 1) -> r1
-            numpy.subtract(n_ffMM, 1.0, out=r1)
-            numpy.multiply(r1, hff_exp, out=r1)
-            # tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp))
-            #     + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) -> r2
-            numpy.add(r1, h, out=r2)
+            # tmp4 = 1/numpy.maximum(1, etp) -> r0
+            numpy.maximum(1.0, etp, out=r0)
+            numpy.divide(1.0, r0, out=r0)
+            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
+            numpy.multiply(tmp2, r0, out=r1)
+            numpy.multiply(tmp3, r0, out=r2)
+            numpy.add(r2, h, out=r2)
             numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r2, r0, out=r2)
-            numpy.multiply(r2, n_shared_exp, out=r2)
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(r0, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r2, r3, out=r2)
-            # tmp6 = h*shared_expert_gate + tmp5 -> r0
-            numpy.multiply(shared_expert_gate, h, out=r0)
-            numpy.add(r0, r2, out=r0)
+            numpy.add(r1, r2, out=r1)
+            numpy.multiply(r1, n_exp, out=r1)
+            numpy.add(r1, inv0, out=r1)
+            # tmp6 = inv1 + tmp5 -> r0
+            numpy.add(inv1, r1, out=r0)
             # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r2, 0)))
-            # tmp9 = 1/(cp*ep*t_exp) -> r1
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp10 = tmp6*tmp9 -> r3
-            numpy.multiply(r0, r1, out=r3)
-            # tmp11 = tmp5*tmp9 -> r4
-            numpy.multiply(r2, r1, out=r4)
-            # tmp13 = dc_kv*n_kv -> r1
-            numpy.multiply(dc_kv, n_kv, out=r1)
-            # tmp14 = a*dc_q -> r5
-            numpy.multiply(dc_q, a, out=r5)
-            # tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr) -> r6
-            numpy.multiply(dc_q, h, out=r6)
-            numpy.add(dc_kv, dhr, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(dh, a, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.add(r6, dc_kv, out=r6)
-            numpy.add(r6, dc_q, out=r6)
-            # tmp16 = 0.25*n_attMM -> r7
-            numpy.multiply(n_attMM, 0.25, out=r7)
-            # tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            #     -> r8
-            numpy.add(dh, qk_nope_head_dim, out=r8)
-            numpy.multiply(r8, r1, out=r8)
-            numpy.add(dhr, qk_nope_head_dim, out=r9)
-            numpy.multiply(r9, r5, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(r8, r6, out=r8)
-            numpy.multiply(r8, r7, out=r8)
-            # tmp18 = 2*dh -> r9
-            numpy.multiply(dh, 2.0, out=r9)
-            # tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp -> r10
-            numpy.multiply(h, n_exp, out=r10)
-            numpy.add(1.0, norm_bias, out=r11)
-            numpy.multiply(r11, layer_norms, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            # tmp20 = n_qknorm*tmp18 + tmp19 -> r11
-            numpy.multiply(r9, n_qknorm, out=r11)
-            numpy.add(r11, r10, out=r11)
-            # tmp21 = (tmp17 + tmp20)/t -> r12
-            numpy.add(r8, r11, out=r12)
-            numpy.divide(r12, t, out=r12)
-            # tmp22 = numpy.equal(zero3_non_exp, 1) -> m3
+            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp8 = 1/cp -> r2
+            numpy.divide(1.0, cp, out=r2)
+            # tmp9 = tmp8/(ep*t_exp) -> r3
+            numpy.multiply(ep, t_exp, out=r3)
+            numpy.divide(r2, r3, out=r3)
+            # tmp10 = 1/t -> r4
+            numpy.divide(1.0, t, out=r4)
+            # tmp21 = numpy.equal(zero3_non_exp, 1) -> m3
             numpy.equal(zero3_non_exp, 1.0, out=m3)
-            # tmp23 = numpy.not_equal(dh, 0) -> m4
+            # tmp22 = numpy.not_equal(dh, 0) -> m4
             numpy.not_equal(dh, 0.0, out=m4)
-            # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
+            # tmp23 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m5)
-            # tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15) -> r13
-            numpy.multiply(r1, r9, out=r13)
-            numpy.add(dh, dhr, out=r14)
-            numpy.multiply(r14, r5, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, r6, out=r13)
-            numpy.multiply(r13, r7, out=r13)
-            # tmp26 = (tmp20 + tmp25)/t -> r1
-            numpy.add(r11, r13, out=r1)
-            numpy.divide(r1, t, out=r1)
-            # tmp27 = tmp19 + 2*h*n_qknorm/a -> r5
-            numpy.multiply(n_qknorm, h, out=r5)
-            numpy.divide(r5, a, out=r5)
-            numpy.multiply(r5, 2.0, out=r5)
-            numpy.add(r5, r10, out=r5)
-            # tmp28 = (tmp17 + tmp27)/t -> r6
-            numpy.add(r8, r5, out=r6)
-            numpy.divide(r6, t, out=r6)
-            # tmp29 = (tmp25 + tmp27)/t -> r7
-            numpy.add(r13, r5, out=r7)
-            numpy.divide(r7, t, out=r7)
-            # tmp30 = numpy.equal(zero2_exp, 1) -> m6
+            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp32 = numpy.equal(zero2_non_exp, 1) -> m7
+            # tmp29 = tmp9 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r3, out=r5)
+            # tmp32 = 0.25*(tmp10*(tmp8 + 1)) -> r6
+            numpy.add(1.0, r2, out=r6)
+            numpy.multiply(r6, r4, out=r6)
+            numpy.multiply(r6, 0.25, out=r6)
+            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = score_factor_dp*stage_cost_scale*(1 -
-            #     comm_dp_overlap)*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp10, numpy.where(tmp0, tmp11,
-            #     0))) + numpy.where(numpy.logical_and.reduce((tmp30,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp30)), tmp10 + tmp6/numpy.maximum(ep,
-            #     t_exp), numpy.where(tmp30, tmp11 + tmp5/numpy.maximum(ep, t_exp), 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp24)), tmp21,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23)), tmp26,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp24)), tmp28, numpy.where(tmp22,
-            #     tmp29, 0)))) + numpy.where(numpy.logical_and.reduce((tmp23,tmp24,tmp32)), tmp21 +
-            #     tmp21/cp, numpy.where(numpy.logical_and.reduce((tmp23,tmp32)), tmp26 + tmp26/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp24,tmp32)), tmp28 + tmp28/cp,
-            #     numpy.where(tmp32, tmp29 + tmp29/cp, 0)))))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.copyto(r5, 0.0)
-            numpy.copyto(r5, r4, where=m0)
+            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
+            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp6*tmp9, numpy.where(tmp0,
+            #     tmp5*tmp9, 0))) + numpy.where(numpy.logical_and.reduce((tmp28,tmp7)), 0,
+            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp28)), tmp29*tmp6, numpy.where(tmp28,
+            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and.reduce((tmp21,tmp22,tmp23)),
+            #     inv2*tmp10, numpy.where(numpy.logical_and.reduce((tmp21,tmp22)), inv3*tmp10,
+            #     numpy.where(numpy.logical_and.reduce((tmp21,tmp23)), inv4*tmp10,
+            #     numpy.where(tmp21, inv5*tmp10, 0)))) +
+            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp33)), inv6*tmp32,
+            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp33)), inv7*tmp32,
+            #     numpy.where(numpy.logical_and.reduce((tmp23,tmp33)), inv8*tmp32,
+            #     numpy.where(tmp33, inv9*tmp32, 0)))))
+            numpy.copyto(out, 0.0)
+            numpy.multiply(r1, r3, out=r2)
+            numpy.copyto(out, r2, where=m0)
             numpy.logical_and(m0, m1, out=m8)
-            numpy.copyto(r5, r3, where=m8)
+            numpy.multiply(r0, r3, out=r2)
+            numpy.copyto(out, r2, where=m8)
             numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(r5, 0.0, where=m8)
-            numpy.copyto(r8, 0.0)
-            numpy.maximum(ep, t_exp, out=r9)
-            numpy.divide(r2, r9, out=r9)
-            numpy.add(r9, r4, out=r9)
-            numpy.copyto(r8, r9, where=m6)
+            numpy.copyto(out, 0.0, where=m8)
+            numpy.copyto(r2, 0.0)
+            numpy.multiply(r5, r1, out=r7)
+            numpy.copyto(r2, r7, where=m6)
             numpy.logical_and(m1, m6, out=m8)
-            numpy.maximum(ep, t_exp, out=r9)
-            numpy.divide(r0, r9, out=r9)
-            numpy.add(r9, r3, out=r9)
-            numpy.copyto(r8, r9, where=m8)
+            numpy.multiply(r5, r0, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m6, m2, out=m8)
-            numpy.copyto(r8, 0.0, where=m8)
-            numpy.add(r5, r8, out=r5)
-            numpy.copyto(r8, 0.0)
-            numpy.copyto(r8, r7, where=m3)
+            numpy.copyto(r2, 0.0, where=m8)
+            numpy.add(out, r2, out=out)
+            numpy.copyto(r2, 0.0)
+            numpy.multiply(inv5, r4, out=r7)
+            numpy.copyto(r2, r7, where=m3)
             numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(r8, r6, where=m8)
+            numpy.multiply(inv4, r4, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m3, m4, out=m8)
-            numpy.copyto(r8, r1, where=m8)
+            numpy.multiply(inv3, r4, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m3, m4, out=m8)
             numpy.logical_and(m8, m5, out=m8)
-            numpy.copyto(r8, r12, where=m8)
-            numpy.add(r5, r8, out=r5)
-            numpy.copyto(r8, 0.0)
-            numpy.divide(r7, cp, out=r9)
-            numpy.add(r9, r7, out=r9)
-            numpy.copyto(r8, r9, where=m7)
+            numpy.multiply(inv2, r4, out=r7)
+            numpy.copyto(r2, r7, where=m8)
+            numpy.add(out, r2, out=out)
+            numpy.copyto(r2, 0.0)
+            numpy.multiply(inv9, r6, out=r7)
+            numpy.copyto(r2, r7, where=m7)
             numpy.logical_and(m5, m7, out=m8)
-            numpy.divide(r6, cp, out=r9)
-            numpy.add(r9, r6, out=r9)
-            numpy.copyto(r8, r9, where=m8)
+            numpy.multiply(inv8, r6, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m4, m7, out=m8)
-            numpy.divide(r1, cp, out=r9)
-            numpy.add(r9, r1, out=r9)
-            numpy.copyto(r8, r9, where=m8)
+            numpy.multiply(inv7, r6, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m4, m5, out=m8)
             numpy.logical_and(m8, m7, out=m8)
-            numpy.divide(r12, cp, out=r9)
-            numpy.add(r9, r12, out=r9)
-            numpy.copyto(r8, r9, where=m8)
-            numpy.add(r5, r8, out=r5)
-            numpy.multiply(out, r5, out=out)
+            numpy.multiply(inv6, r6, out=r7)
+            numpy.copyto(r2, r7, where=m8)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv10, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -11063,7 +10619,7 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 124.
+    # ops: 124 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11072,210 +10628,213 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
         tmp1 = xp.not_equal(n_shared_exp, 0)
         tmp2 = h*hff_exp*n_ffMM
         tmp3 = hff_exp*(n_ffMM - 1)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3/xp.maximum(1, etp)) + tmp2/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        tmp4 = 1/xp.maximum(1, etp)
+        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
         tmp6 = h*shared_expert_gate + tmp5
         tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp9 = 1/(cp*ep*t_exp)
-        tmp10 = tmp6*tmp9
-        tmp11 = tmp5*tmp9
-        tmp13 = dc_kv*n_kv
-        tmp14 = a*dc_q
-        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp16 = 0.25*n_attMM
-        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-        tmp18 = 2*dh
-        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp20 = n_qknorm*tmp18 + tmp19
-        tmp21 = (tmp17 + tmp20)/t
-        tmp22 = xp.equal(zero3_non_exp, 1)
-        tmp23 = xp.not_equal(dh, 0)
-        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-        tmp26 = (tmp20 + tmp25)/t
-        tmp27 = tmp19 + 2*h*n_qknorm/a
-        tmp28 = (tmp17 + tmp27)/t
-        tmp29 = (tmp25 + tmp27)/t
-        tmp30 = xp.equal(zero2_exp, 1)
-        tmp32 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp30, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp30), tmp10 + tmp6/xp.maximum(ep, t_exp), xp.where(tmp30, tmp11 + tmp5/xp.maximum(ep, t_exp), 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), tmp21, xp.where(xp.logical_and(tmp22, tmp23), tmp26, xp.where(xp.logical_and(tmp22, tmp24), tmp28, xp.where(tmp22, tmp29, 0)))) + xp.where(xp.logical_and(tmp23, xp.logical_and(tmp24, tmp32)), tmp21 + tmp21/cp, xp.where(xp.logical_and(tmp23, tmp32), tmp26 + tmp26/cp, xp.where(xp.logical_and(tmp24, tmp32), tmp28 + tmp28/cp, xp.where(tmp32, tmp29 + tmp29/cp, 0))))
+        tmp8 = 1/cp
+        tmp9 = tmp8/(ep*t_exp)
+        tmp10 = 1/t
+        tmp11 = dc_kv*n_kv
+        tmp12 = a*dc_q
+        tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
+        tmp15 = 0.25*tmp14
+        tmp16 = dh*n_qknorm
+        tmp17 = h*n_exp
+        tmp18 = h*layer_norms*(norm_bias + 1)
+        tmp19 = tmp17 + tmp18
+        tmp20 = 2*tmp16 + tmp19
+        tmp21 = xp.equal(zero3_non_exp, 1)
+        tmp22 = xp.not_equal(dh, 0)
+        tmp23 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
+        tmp25 = 0.25*tmp24
+        tmp26 = h*n_qknorm/a
+        tmp27 = tmp19 + 2*tmp26
+        tmp28 = xp.equal(zero2_exp, 1)
+        tmp29 = tmp9 + 1/xp.maximum(ep, t_exp)
+        tmp30 = 4*tmp17 + 4*tmp18
+        tmp31 = 8*tmp16 + tmp30
+        tmp32 = 0.25*(tmp10*(tmp8 + 1))
+        tmp33 = xp.equal(zero2_non_exp, 1)
+        tmp34 = 8*tmp26 + tmp30
+        out = xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp2 = h*hff_exp*n_ffMM
+            tmp3 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            inv1 = h*shared_expert_gate
+            tmp11 = dc_kv*n_kv
+            tmp12 = a*dc_q
+            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
+            tmp15 = 0.25*tmp14
+            tmp16 = dh*n_qknorm
+            tmp17 = h*n_exp
+            tmp18 = h*layer_norms*(norm_bias + 1)
+            tmp19 = tmp17 + tmp18
+            tmp20 = 2*tmp16 + tmp19
+            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
+            tmp25 = 0.25*tmp24
+            tmp26 = h*n_qknorm/a
+            tmp27 = tmp19 + 2*tmp26
+            tmp30 = 4*tmp17 + 4*tmp18
+            tmp31 = 8*tmp16 + tmp30
+            tmp34 = 8*tmp26 + tmp30
+            inv2 = tmp15 + tmp20
+            inv3 = tmp20 + tmp25
+            inv4 = tmp15 + tmp27
+            inv5 = tmp25 + tmp27
+            inv6 = tmp14 + tmp31
+            inv7 = tmp24 + tmp31
+            inv8 = tmp14 + tmp34
+            inv9 = tmp24 + tmp34
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_latent_moe_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            tmp2 = h*hff_exp*n_ffMM
+            tmp3 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            inv1 = h*shared_expert_gate
+            tmp11 = dc_kv*n_kv
+            tmp12 = a*dc_q
+            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
+            tmp15 = 0.25*tmp14
+            tmp16 = dh*n_qknorm
+            tmp17 = h*n_exp
+            tmp18 = h*layer_norms*(norm_bias + 1)
+            tmp19 = tmp17 + tmp18
+            tmp20 = 2*tmp16 + tmp19
+            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
+            tmp25 = 0.25*tmp24
+            tmp26 = h*n_qknorm/a
+            tmp27 = tmp19 + 2*tmp26
+            tmp30 = 4*tmp17 + 4*tmp18
+            tmp31 = 8*tmp16 + tmp30
+            tmp34 = 8*tmp26 + tmp30
+            inv2 = tmp15 + tmp20
+            inv3 = tmp20 + tmp25
+            inv4 = tmp15 + tmp27
+            inv5 = tmp25 + tmp27
+            inv6 = tmp14 + tmp31
+            inv7 = tmp24 + tmp31
+            inv8 = tmp14 + tmp34
+            inv9 = tmp24 + tmp34
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
-        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
-        (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp),
-        reals=15,
+        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+        (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+        reals=8,
         masks=9,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
             # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
             numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp2 = h*hff_exp*n_ffMM -> r0
-            numpy.multiply(hff_exp, n_ffMM, out=r0)
-            numpy.multiply(r0, h, out=r0)
-            # tmp3 = hff_exp*(n_ffMM - 1) -> r1
-            numpy.subtract(n_ffMM, 1.0, out=r1)
-            numpy.multiply(r1, hff_exp, out=r1)
-            # tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp))
-            #     + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) -> r2
-            numpy.add(r1, h, out=r2)
+            # tmp4 = 1/numpy.maximum(1, etp) -> r0
+            numpy.maximum(1.0, etp, out=r0)
+            numpy.divide(1.0, r0, out=r0)
+            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
+            numpy.multiply(tmp2, r0, out=r1)
+            numpy.multiply(tmp3, r0, out=r2)
+            numpy.add(r2, h, out=r2)
             numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r2, r0, out=r2)
-            numpy.multiply(r2, n_shared_exp, out=r2)
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(r0, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r2, r3, out=r2)
-            # tmp6 = h*shared_expert_gate + tmp5 -> r0
-            numpy.multiply(shared_expert_gate, h, out=r0)
-            numpy.add(r0, r2, out=r0)
+            numpy.add(r1, r2, out=r1)
+            numpy.multiply(r1, n_exp, out=r1)
+            numpy.add(r1, inv0, out=r1)
+            # tmp6 = inv1 + tmp5 -> r0
+            numpy.add(inv1, r1, out=r0)
             # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r2, 0)))
-            # tmp9 = 1/(cp*ep*t_exp) -> r1
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp10 = tmp6*tmp9 -> r3
-            numpy.multiply(r0, r1, out=r3)
-            # tmp11 = tmp5*tmp9 -> r4
-            numpy.multiply(r2, r1, out=r4)
-            # tmp13 = dc_kv*n_kv -> r1
-            numpy.multiply(dc_kv, n_kv, out=r1)
-            # tmp14 = a*dc_q -> r5
-            numpy.multiply(dc_q, a, out=r5)
-            # tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr) -> r6
-            numpy.multiply(dc_q, h, out=r6)
-            numpy.add(dc_kv, dhr, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(dh, a, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.add(r6, dc_kv, out=r6)
-            numpy.add(r6, dc_q, out=r6)
-            # tmp16 = 0.25*n_attMM -> r7
-            numpy.multiply(n_attMM, 0.25, out=r7)
-            # tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            #     -> r8
-            numpy.add(dh, qk_nope_head_dim, out=r8)
-            numpy.multiply(r8, r1, out=r8)
-            numpy.add(dhr, qk_nope_head_dim, out=r9)
-            numpy.multiply(r9, r5, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(r8, r6, out=r8)
-            numpy.multiply(r8, r7, out=r8)
-            # tmp18 = 2*dh -> r9
-            numpy.multiply(dh, 2.0, out=r9)
-            # tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp -> r10
-            numpy.multiply(h, n_exp, out=r10)
-            numpy.add(1.0, norm_bias, out=r11)
-            numpy.multiply(r11, layer_norms, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            # tmp20 = n_qknorm*tmp18 + tmp19 -> r11
-            numpy.multiply(r9, n_qknorm, out=r11)
-            numpy.add(r11, r10, out=r11)
-            # tmp21 = (tmp17 + tmp20)/t -> r12
-            numpy.add(r8, r11, out=r12)
-            numpy.divide(r12, t, out=r12)
-            # tmp22 = numpy.equal(zero3_non_exp, 1) -> m3
+            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp8 = 1/cp -> r2
+            numpy.divide(1.0, cp, out=r2)
+            # tmp9 = tmp8/(ep*t_exp) -> r3
+            numpy.multiply(ep, t_exp, out=r3)
+            numpy.divide(r2, r3, out=r3)
+            # tmp10 = 1/t -> r4
+            numpy.divide(1.0, t, out=r4)
+            # tmp21 = numpy.equal(zero3_non_exp, 1) -> m3
             numpy.equal(zero3_non_exp, 1.0, out=m3)
-            # tmp23 = numpy.not_equal(dh, 0) -> m4
+            # tmp22 = numpy.not_equal(dh, 0) -> m4
             numpy.not_equal(dh, 0.0, out=m4)
-            # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
+            # tmp23 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m5)
-            # tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15) -> r13
-            numpy.multiply(r1, r9, out=r13)
-            numpy.add(dh, dhr, out=r14)
-            numpy.multiply(r14, r5, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, r6, out=r13)
-            numpy.multiply(r13, r7, out=r13)
-            # tmp26 = (tmp20 + tmp25)/t -> r1
-            numpy.add(r11, r13, out=r1)
-            numpy.divide(r1, t, out=r1)
-            # tmp27 = tmp19 + 2*h*n_qknorm/a -> r5
-            numpy.multiply(n_qknorm, h, out=r5)
-            numpy.divide(r5, a, out=r5)
-            numpy.multiply(r5, 2.0, out=r5)
-            numpy.add(r5, r10, out=r5)
-            # tmp28 = (tmp17 + tmp27)/t -> r6
-            numpy.add(r8, r5, out=r6)
-            numpy.divide(r6, t, out=r6)
-            # tmp29 = (tmp25 + tmp27)/t -> r7
-            numpy.add(r13, r5, out=r7)
-            numpy.divide(r7, t, out=r7)
-            # tmp30 = numpy.equal(zero2_exp, 1) -> m6
+            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp32 = numpy.equal(zero2_non_exp, 1) -> m7
+            # tmp29 = tmp9 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r3, out=r5)
+            # tmp32 = 0.25*(tmp10*(tmp8 + 1)) -> r6
+            numpy.add(1.0, r2, out=r6)
+            numpy.multiply(r6, r4, out=r6)
+            numpy.multiply(r6, 0.25, out=r6)
+            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
             # out = numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp10, numpy.where(tmp0, tmp11,
-            #     0))) + numpy.where(numpy.logical_and.reduce((tmp30,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp30)), tmp10 + tmp6/numpy.maximum(ep,
-            #     t_exp), numpy.where(tmp30, tmp11 + tmp5/numpy.maximum(ep, t_exp), 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp24)), tmp21,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23)), tmp26,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp24)), tmp28, numpy.where(tmp22,
-            #     tmp29, 0)))) + numpy.where(numpy.logical_and.reduce((tmp23,tmp24,tmp32)), tmp21 +
-            #     tmp21/cp, numpy.where(numpy.logical_and.reduce((tmp23,tmp32)), tmp26 + tmp26/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp24,tmp32)), tmp28 + tmp28/cp,
-            #     numpy.where(tmp32, tmp29 + tmp29/cp, 0))))
+            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp6*tmp9, numpy.where(tmp0,
+            #     tmp5*tmp9, 0))) + numpy.where(numpy.logical_and.reduce((tmp28,tmp7)), 0,
+            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp28)), tmp29*tmp6, numpy.where(tmp28,
+            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and.reduce((tmp21,tmp22,tmp23)),
+            #     inv2*tmp10, numpy.where(numpy.logical_and.reduce((tmp21,tmp22)), inv3*tmp10,
+            #     numpy.where(numpy.logical_and.reduce((tmp21,tmp23)), inv4*tmp10,
+            #     numpy.where(tmp21, inv5*tmp10, 0)))) +
+            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp33)), inv6*tmp32,
+            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp33)), inv7*tmp32,
+            #     numpy.where(numpy.logical_and.reduce((tmp23,tmp33)), inv8*tmp32,
+            #     numpy.where(tmp33, inv9*tmp32, 0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r4, where=m0)
+            numpy.multiply(r1, r3, out=r2)
+            numpy.copyto(out, r2, where=m0)
             numpy.logical_and(m0, m1, out=m8)
-            numpy.copyto(out, r3, where=m8)
+            numpy.multiply(r0, r3, out=r2)
+            numpy.copyto(out, r2, where=m8)
             numpy.logical_and(m0, m2, out=m8)
             numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r5, 0.0)
-            numpy.maximum(ep, t_exp, out=r8)
-            numpy.divide(r2, r8, out=r8)
-            numpy.add(r8, r4, out=r8)
-            numpy.copyto(r5, r8, where=m6)
+            numpy.copyto(r2, 0.0)
+            numpy.multiply(r5, r1, out=r7)
+            numpy.copyto(r2, r7, where=m6)
             numpy.logical_and(m1, m6, out=m8)
-            numpy.maximum(ep, t_exp, out=r8)
-            numpy.divide(r0, r8, out=r8)
-            numpy.add(r8, r3, out=r8)
-            numpy.copyto(r5, r8, where=m8)
+            numpy.multiply(r5, r0, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m6, m2, out=m8)
-            numpy.copyto(r5, 0.0, where=m8)
-            numpy.add(out, r5, out=out)
-            numpy.copyto(r5, 0.0)
-            numpy.copyto(r5, r7, where=m3)
+            numpy.copyto(r2, 0.0, where=m8)
+            numpy.add(out, r2, out=out)
+            numpy.copyto(r2, 0.0)
+            numpy.multiply(inv5, r4, out=r7)
+            numpy.copyto(r2, r7, where=m3)
             numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(r5, r6, where=m8)
+            numpy.multiply(inv4, r4, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m3, m4, out=m8)
-            numpy.copyto(r5, r1, where=m8)
+            numpy.multiply(inv3, r4, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m3, m4, out=m8)
             numpy.logical_and(m8, m5, out=m8)
-            numpy.copyto(r5, r12, where=m8)
-            numpy.add(out, r5, out=out)
-            numpy.copyto(r5, 0.0)
-            numpy.divide(r7, cp, out=r8)
-            numpy.add(r8, r7, out=r8)
-            numpy.copyto(r5, r8, where=m7)
+            numpy.multiply(inv2, r4, out=r7)
+            numpy.copyto(r2, r7, where=m8)
+            numpy.add(out, r2, out=out)
+            numpy.copyto(r2, 0.0)
+            numpy.multiply(inv9, r6, out=r7)
+            numpy.copyto(r2, r7, where=m7)
             numpy.logical_and(m5, m7, out=m8)
-            numpy.divide(r6, cp, out=r8)
-            numpy.add(r8, r6, out=r8)
-            numpy.copyto(r5, r8, where=m8)
+            numpy.multiply(inv8, r6, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m4, m7, out=m8)
-            numpy.divide(r1, cp, out=r8)
-            numpy.add(r8, r1, out=r8)
-            numpy.copyto(r5, r8, where=m8)
+            numpy.multiply(inv7, r6, out=r7)
+            numpy.copyto(r2, r7, where=m8)
             numpy.logical_and(m4, m5, out=m8)
             numpy.logical_and(m8, m7, out=m8)
-            numpy.divide(r12, cp, out=r8)
-            numpy.add(r8, r12, out=r8)
-            numpy.copyto(r5, r8, where=m8)
-            numpy.add(out, r5, out=out)
+            numpy.multiply(inv6, r6, out=r7)
+            numpy.copyto(r2, r7, where=m8)
+            numpy.add(out, r2, out=out)
     return call.out
 
 
@@ -11363,7 +10922,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 127.
+    # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11387,72 +10946,76 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp),
-        reals=16,
+        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+        reals=14,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m) -> r1
-            numpy.multiply(reshards, 2.0, out=r1)
-            numpy.subtract(1.0, reshards, out=r2)
-            numpy.divide(r2, m, out=r2)
-            numpy.add(r1, r2, out=r1)
+            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+            numpy.divide(inv0, m, out=r1)
+            numpy.add(r1, inv1, out=r1)
             numpy.multiply(r1, bytes_p, out=r1)
             numpy.add(r1, bytes_grad, out=r1)
             # tmp4 = tmp3/t_exp -> r2
             numpy.divide(r1, t_exp, out=r2)
-            # tmp5 = h*hff_exp*n_ffMM -> r3
-            numpy.multiply(hff_exp, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            # tmp6 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1 -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.copyto(r6, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(r5, r0, out=r5)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-            numpy.divide(shard_p_os_exp, t_exp, out=r6)
-            numpy.maximum(r6, 1.0, out=r6)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r7
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.add(r8, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.multiply(r6, ep, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            # tmp11 = cp*d -> r3
-            numpy.multiply(cp, d, out=r3)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r4
-            numpy.multiply(r3, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp_partial, out=r4)
+            # tmp7 = inv2/tmp1 -> r3
+            numpy.divide(inv2, r0, out=r3)
+            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1) -> r8
+            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+            #     etp))/(ep*tmp8) -> r5
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp5, r5, out=r5)
+            numpy.maximum(1.0, etp, out=r6)
+            numpy.divide(tmp6, r6, out=r6)
+            numpy.add(r6, h, out=r6)
+            numpy.multiply(r6, mlp_bias, out=r6)
+            numpy.add(r5, r6, out=r5)
+            numpy.multiply(r5, n_exp, out=r5)
+            numpy.multiply(r4, ep, out=r6)
+            numpy.divide(r5, r6, out=r5)
+            # tmp11 = cp*d -> r6
+            numpy.multiply(cp, d, out=r6)
+            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+            numpy.multiply(r6, t_exp, out=r7)
+            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+            numpy.maximum(r7, 1.0, out=r7)
+            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+            #     shard_spans_cp)), 1/m, 1) -> r8
             numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
+            numpy.multiply(inv3, cp, out=r9)
             numpy.add(r9, shard_spans_cp, out=r9)
             numpy.multiply(r9, t, out=r9)
             numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
@@ -11469,86 +11032,47 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
             numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
             numpy.maximum(r11, 1.0, out=r11)
-            # tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r12
-            numpy.copyto(r12, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r12, qk_nope_head_dim, where=m0)
-            # tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18)
-            #     + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a))/(t*tmp17) -> r13
-            numpy.multiply(h, n_exp, out=r13)
-            numpy.divide(h, a, out=r14)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r14, dh, where=m0)
-            numpy.multiply(r14, n_qknorm, out=r14)
-            numpy.multiply(r14, 2.0, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.multiply(dc_q, h, out=r14)
-            numpy.add(dc_kv, dhr, out=r15)
-            numpy.multiply(r15, h, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r12, dh, out=r15)
-            numpy.multiply(r15, dc_kv, out=r15)
-            numpy.multiply(r15, n_kv, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r12, dhr, out=r15)
-            numpy.multiply(r15, dc_q, out=r15)
-            numpy.multiply(r15, a, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(dh, a, out=r15)
-            numpy.multiply(r15, h, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r14, dc_kv, out=r14)
-            numpy.add(r14, dc_q, out=r14)
-            numpy.multiply(r14, n_attMM, out=r14)
-            numpy.multiply(r14, 0.25, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(1.0, norm_bias, out=r14)
-            numpy.multiply(r14, layer_norms, out=r14)
-            numpy.multiply(r14, h, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.multiply(r11, t, out=r14)
-            numpy.divide(r13, r14, out=r13)
-            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r3, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
-            # out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 -
-            #     2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 +
-            #     tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r6, 1.0, out=r3)
-            numpy.multiply(r3, r7, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.subtract(r11, 1.0, out=r14)
-            numpy.multiply(r14, r13, out=r14)
-            numpy.multiply(r14, r1, out=r14)
-            numpy.add(r3, r14, out=r3)
-            numpy.subtract(r0, 1.0, out=r14)
-            numpy.multiply(r14, r2, out=r14)
-            numpy.multiply(r14, r5, out=r14)
-            numpy.add(r3, r14, out=r3)
-            numpy.multiply(r10, 2.0, out=r14)
-            numpy.subtract(r14, 2.0, out=r14)
-            numpy.multiply(r14, r7, out=r14)
-            numpy.multiply(r14, r9, out=r14)
-            numpy.divide(r14, r10, out=r14)
-            numpy.add(r3, r14, out=r3)
-            numpy.multiply(r12, 2.0, out=r14)
-            numpy.subtract(r14, 2.0, out=r14)
-            numpy.multiply(r14, r8, out=r14)
-            numpy.multiply(r14, r13, out=r14)
-            numpy.divide(r14, r12, out=r14)
-            numpy.add(r3, r14, out=r3)
-            numpy.multiply(r4, 2.0, out=r14)
-            numpy.subtract(r14, 2.0, out=r14)
-            numpy.multiply(r14, r9, out=r14)
-            numpy.multiply(r14, r5, out=r14)
-            numpy.divide(r14, r4, out=r14)
-            numpy.add(r3, r14, out=r3)
-            numpy.multiply(out, r3, out=out)
+            # tmp19 = inv4/(t*tmp17) -> r12
+            numpy.multiply(r11, t, out=r12)
+            numpy.divide(inv4, r12, out=r12)
+            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+            numpy.multiply(r6, t, out=r13)
+            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+            numpy.maximum(r13, 1.0, out=r13)
+            # out = inv5*score_factor_dp*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) +
+            #     tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) +
+            #     tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+            numpy.subtract(r4, 1.0, out=out)
+            numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, r2, out=out)
+            numpy.subtract(r11, 1.0, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.multiply(r6, r1, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r0, 1.0, out=r6)
+            numpy.multiply(r6, r2, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r10, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r5, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.divide(r6, r10, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r13, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r8, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.divide(r6, r13, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r7, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.divide(r6, r7, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv5, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -11630,7 +11154,7 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 123.
+    # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11654,72 +11178,74 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_latent_moe_fsdp_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate))
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
-        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp),
-        reals=16,
+        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+        reals=14,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m) -> r1
-            numpy.multiply(reshards, 2.0, out=r1)
-            numpy.subtract(1.0, reshards, out=r2)
-            numpy.divide(r2, m, out=r2)
-            numpy.add(r1, r2, out=r1)
+            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+            numpy.divide(inv0, m, out=r1)
+            numpy.add(r1, inv1, out=r1)
             numpy.multiply(r1, bytes_p, out=r1)
             numpy.add(r1, bytes_grad, out=r1)
             # tmp4 = tmp3/t_exp -> r2
             numpy.divide(r1, t_exp, out=r2)
-            # tmp5 = h*hff_exp*n_ffMM -> r3
-            numpy.multiply(hff_exp, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            # tmp6 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1 -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.copyto(r6, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(r5, r0, out=r5)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-            numpy.divide(shard_p_os_exp, t_exp, out=r6)
-            numpy.maximum(r6, 1.0, out=r6)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r7
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.add(r8, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.multiply(r6, ep, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            # tmp11 = cp*d -> r3
-            numpy.multiply(cp, d, out=r3)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r4
-            numpy.multiply(r3, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp_partial, out=r4)
+            # tmp7 = inv2/tmp1 -> r3
+            numpy.divide(inv2, r0, out=r3)
+            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1) -> r8
+            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+            #     etp))/(ep*tmp8) -> r5
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp5, r5, out=r5)
+            numpy.maximum(1.0, etp, out=r6)
+            numpy.divide(tmp6, r6, out=r6)
+            numpy.add(r6, h, out=r6)
+            numpy.multiply(r6, mlp_bias, out=r6)
+            numpy.add(r5, r6, out=r5)
+            numpy.multiply(r5, n_exp, out=r5)
+            numpy.multiply(r4, ep, out=r6)
+            numpy.divide(r5, r6, out=r5)
+            # tmp11 = cp*d -> r6
+            numpy.multiply(cp, d, out=r6)
+            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+            numpy.multiply(r6, t_exp, out=r7)
+            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+            numpy.maximum(r7, 1.0, out=r7)
+            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+            #     shard_spans_cp)), 1/m, 1) -> r8
             numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
+            numpy.multiply(inv3, cp, out=r9)
             numpy.add(r9, shard_spans_cp, out=r9)
             numpy.multiply(r9, t, out=r9)
             numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
@@ -11736,82 +11262,45 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
             numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
             numpy.maximum(r11, 1.0, out=r11)
-            # tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r12
-            numpy.copyto(r12, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r12, qk_nope_head_dim, where=m0)
-            # tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18)
-            #     + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a))/(t*tmp17) -> r13
-            numpy.multiply(h, n_exp, out=r13)
-            numpy.divide(h, a, out=r14)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r14, dh, where=m0)
-            numpy.multiply(r14, n_qknorm, out=r14)
-            numpy.multiply(r14, 2.0, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.multiply(dc_q, h, out=r14)
-            numpy.add(dc_kv, dhr, out=r15)
-            numpy.multiply(r15, h, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r12, dh, out=r15)
-            numpy.multiply(r15, dc_kv, out=r15)
-            numpy.multiply(r15, n_kv, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r12, dhr, out=r15)
-            numpy.multiply(r15, dc_q, out=r15)
-            numpy.multiply(r15, a, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(dh, a, out=r15)
-            numpy.multiply(r15, h, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r14, dc_kv, out=r14)
-            numpy.add(r14, dc_q, out=r14)
-            numpy.multiply(r14, n_attMM, out=r14)
-            numpy.multiply(r14, 0.25, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(1.0, norm_bias, out=r14)
-            numpy.multiply(r14, layer_norms, out=r14)
-            numpy.multiply(r14, h, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.multiply(r11, t, out=r14)
-            numpy.divide(r13, r14, out=r13)
-            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r3, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
+            # tmp19 = inv4/(t*tmp17) -> r12
+            numpy.multiply(r11, t, out=r12)
+            numpy.divide(inv4, r12, out=r12)
+            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+            numpy.multiply(r6, t, out=r13)
+            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+            numpy.maximum(r13, 1.0, out=r13)
             # out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 -
             #     2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 -
             #     2)/tmp12
-            numpy.subtract(r6, 1.0, out=out)
-            numpy.multiply(out, r7, out=out)
+            numpy.subtract(r4, 1.0, out=out)
+            numpy.multiply(out, r5, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.subtract(r11, 1.0, out=r3)
-            numpy.multiply(r3, r13, out=r3)
-            numpy.multiply(r3, r1, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r0, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r10, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.multiply(r3, r7, out=r3)
-            numpy.multiply(r3, r9, out=r3)
-            numpy.divide(r3, r10, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r12, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.multiply(r3, r8, out=r3)
-            numpy.multiply(r3, r13, out=r3)
-            numpy.divide(r3, r12, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r4, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.multiply(r3, r9, out=r3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.divide(r3, r4, out=r3)
-            numpy.add(out, r3, out=out)
+            numpy.subtract(r11, 1.0, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.multiply(r6, r1, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r0, 1.0, out=r6)
+            numpy.multiply(r6, r2, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r10, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r5, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.divide(r6, r10, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r13, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r8, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.divide(r6, r13, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r7, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.divide(r6, r7, out=r6)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -11880,7 +11369,7 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 102.
+    # ops: 97 (SymPy count_ops of the CSE form below); NumPy calls per block: 52.
     xp = _runtime.namespace((a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11895,137 +11384,100 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         tmp10 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp3 = h*hff_exp*n_ffMM
+            tmp4 = hff_exp*(n_ffMM - 1)
+            tmp9 = 4*h
+            tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_reduced_mla_q_latent_moe_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate"), (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate))
+            tmp3 = h*hff_exp*n_ffMM
+            tmp4 = hff_exp*(n_ffMM - 1)
+            tmp9 = 4*h
+            tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
-        (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp),
-        reals=11,
+        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+        (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+        reals=6,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
             # tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r1
             numpy.multiply(r0, t_exp, out=r1)
             numpy.divide(r1, shard_p_os_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # tmp3 = h*hff_exp*n_ffMM -> r2
-            numpy.multiply(hff_exp, n_ffMM, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            # tmp4 = hff_exp*(n_ffMM - 1) -> r3
-            numpy.subtract(n_ffMM, 1.0, out=r3)
-            numpy.multiply(r3, hff_exp, out=r3)
-            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r4
-            numpy.multiply(cp, d_exp, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r5
-            numpy.multiply(r0, t, out=r5)
-            numpy.divide(r5, shard_p_os_non_exp_partial, out=r5)
-            numpy.maximum(r5, 1.0, out=r5)
-            # tmp9 = 4*h -> r0
-            numpy.multiply(h, 4.0, out=r0)
-            # tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r6
-            numpy.copyto(r6, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r6, qk_nope_head_dim, where=m0)
-            # out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate,
-            #     0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 -
-            #     1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h +
-            #     dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 +
-            #     8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a))/(t*tmp8*numpy.maximum(1,
-            #     shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
+            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
+            numpy.multiply(cp, d_exp, out=r2)
+            numpy.multiply(r2, t_exp, out=r2)
+            numpy.divide(r2, shard_p_os_exp, out=r2)
+            numpy.maximum(r2, 1.0, out=r2)
+            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r3
+            numpy.multiply(r0, t, out=r3)
+            numpy.divide(r3, shard_p_os_non_exp_partial, out=r3)
+            numpy.maximum(r3, 1.0, out=r3)
+            # out = inv3*(inv0*(tmp2 - 1)/(t_exp*tmp2*numpy.maximum(1,
+            #     shard_p_os_exp_partial/t_exp)) + inv1*(tmp8 - 1)/(t*tmp8*numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t)) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
             #     tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1,
             #     etp))/(ep*t_exp*tmp5*numpy.maximum(1,
             #     shard_p_os_exp/t_exp)))*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)
             numpy.subtract(r1, 1.0, out=out)
-            numpy.add(r3, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.add(r7, r2, out=r7)
-            numpy.multiply(r7, n_shared_exp, out=r7)
-            numpy.copyto(r8, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(out, r7, out=out)
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r7)
-            numpy.maximum(r7, 1.0, out=r7)
-            numpy.multiply(r7, r1, out=r7)
-            numpy.multiply(r7, t_exp, out=r7)
-            numpy.divide(out, r7, out=out)
-            numpy.subtract(r5, 1.0, out=r7)
-            numpy.multiply(r0, n_exp, out=r8)
-            numpy.multiply(dc_q, h, out=r9)
-            numpy.add(dc_kv, dhr, out=r10)
-            numpy.multiply(r10, h, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r6, dh, out=r10)
-            numpy.multiply(r10, dc_kv, out=r10)
-            numpy.multiply(r10, n_kv, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r6, dhr, out=r10)
-            numpy.multiply(r10, dc_q, out=r10)
-            numpy.multiply(r10, a, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.multiply(dh, a, out=r10)
-            numpy.multiply(r10, h, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, dc_kv, out=r9)
-            numpy.add(r9, dc_q, out=r9)
-            numpy.multiply(r9, n_attMM, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(h, a, out=r9)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r9, dh, where=m0)
-            numpy.multiply(r9, n_qknorm, out=r9)
-            numpy.multiply(r9, 8.0, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(1.0, norm_bias, out=r9)
-            numpy.multiply(r9, r0, out=r9)
-            numpy.multiply(r9, layer_norms, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.multiply(r7, r8, out=r7)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r8)
-            numpy.maximum(r8, 1.0, out=r8)
-            numpy.multiply(r8, r5, out=r8)
-            numpy.multiply(r8, t, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            numpy.multiply(r7, 0.25, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.subtract(r4, 1.0, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r2, r8, out=r8)
-            numpy.maximum(1.0, etp, out=r9)
-            numpy.divide(r3, r9, out=r9)
-            numpy.add(r9, h, out=r9)
-            numpy.multiply(r9, mlp_bias, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.multiply(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.divide(shard_p_os_exp, t_exp, out=r8)
-            numpy.maximum(r8, 1.0, out=r8)
-            numpy.multiply(r8, r4, out=r8)
-            numpy.multiply(r8, ep, out=r8)
-            numpy.multiply(r8, t_exp, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.copyto(r7, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r8)
-            numpy.multiply(r8, cp, out=r8)
-            numpy.add(r8, shard_spans_cp, out=r8)
-            numpy.multiply(r8, t, out=r8)
-            numpy.greater(shard_p_os_non_exp_partial, r8, out=m0)
-            numpy.divide(1.0, m, out=r8)
-            numpy.copyto(r7, r8, where=m0)
-            numpy.multiply(out, r7, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.multiply(out, 2.0, out=out)
+            numpy.multiply(out, inv0, out=out)
+            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+            numpy.maximum(r0, 1.0, out=r0)
+            numpy.multiply(r0, r1, out=r0)
+            numpy.multiply(r0, t_exp, out=r0)
+            numpy.divide(out, r0, out=out)
+            numpy.subtract(r3, 1.0, out=r0)
+            numpy.multiply(r0, inv1, out=r0)
+            numpy.divide(shard_p_os_non_exp_partial, t, out=r4)
+            numpy.maximum(r4, 1.0, out=r4)
+            numpy.multiply(r4, r3, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.subtract(r2, 1.0, out=r0)
+            numpy.maximum(1.0, etp, out=r4)
+            numpy.divide(tmp3, r4, out=r4)
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp4, r5, out=r5)
+            numpy.add(r5, h, out=r5)
+            numpy.multiply(r5, mlp_bias, out=r5)
+            numpy.add(r4, r5, out=r4)
+            numpy.multiply(r0, r4, out=r0)
+            numpy.multiply(r0, n_exp, out=r0)
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
+            numpy.maximum(r4, 1.0, out=r4)
+            numpy.multiply(r4, r2, out=r4)
+            numpy.multiply(r4, ep, out=r4)
+            numpy.multiply(r4, t_exp, out=r4)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.copyto(r0, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r0, r4, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv3, out=out)
     return call.out
 
 
@@ -12108,7 +11560,7 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 84.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12133,107 +11585,83 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
+            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp),
-        reals=11,
+        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
+        reals=6,
         masks=5,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dc_kv*n_kv -> r0
-            numpy.multiply(dc_kv, n_kv, out=r0)
-            # tmp2 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr) -> r2
-            numpy.multiply(r1, dh, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            # tmp4 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3) ->
-            #     r4
-            numpy.add(dh, qk_nope_head_dim, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.add(dhr, qk_nope_head_dim, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp6 = 2*dh -> r5
-            numpy.multiply(dh, 2.0, out=r5)
-            # tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-            #     mlp_bias*(h + hff*(n_ffMM - 1))) -> r6
-            numpy.add(n_shared_exp, n_exp, out=r6)
-            numpy.subtract(n_ffMM, 1.0, out=r7)
-            numpy.multiply(r7, hff, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.multiply(hff, n_ffMM, out=r8)
-            numpy.multiply(r8, h, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.add(1.0, norm_bias, out=r7)
-            numpy.multiply(r7, layer_norms, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp8 = n_qknorm*tmp6 + tmp7 -> r7
-            numpy.multiply(r5, n_qknorm, out=r7)
-            numpy.add(r7, r6, out=r7)
-            # tmp9 = (tmp5 + tmp8)/t -> r8
-            numpy.add(r4, r7, out=r8)
-            numpy.divide(r8, t, out=r8)
+        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
+            # tmp9 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp11 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
             # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3) -> r9
-            numpy.multiply(r0, r5, out=r9)
-            numpy.add(dh, dhr, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # tmp14 = (tmp13 + tmp8)/t -> r0
-            numpy.add(r9, r7, out=r0)
-            numpy.divide(r0, t, out=r0)
-            # tmp15 = tmp7 + 2*h*n_qknorm/a -> r1
-            numpy.multiply(n_qknorm, h, out=r1)
-            numpy.divide(r1, a, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(r1, r6, out=r1)
-            # tmp16 = (tmp15 + tmp5)/t -> r2
-            numpy.add(r1, r4, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp17 = (tmp13 + tmp15)/t -> r3
-            numpy.add(r9, r1, out=r3)
-            numpy.divide(r3, t, out=r3)
+            # tmp14 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
+            # tmp16 = inv2/t -> r2
+            numpy.divide(inv2, t, out=r2)
+            # tmp17 = inv3/t -> r3
+            numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = score_factor_dp*stage_cost_scale*(1 -
-            #     comm_dp_overlap)*(numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)),
+            #     tmp9, numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
             #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
             #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp19)), tmp9 +
             #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp19)), tmp14 + tmp14/cp,
             #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), tmp16 + tmp16/cp,
             #     numpy.where(tmp19, tmp17 + tmp17/cp, 0)))))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, r3, where=m0)
+            numpy.copyto(out, 0.0)
+            numpy.copyto(out, r3, where=m0)
             numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(r1, r2, where=m4)
+            numpy.copyto(out, r2, where=m4)
             numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(r1, r0, where=m4)
+            numpy.copyto(out, r1, where=m4)
             numpy.logical_and(m0, m1, out=m4)
             numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(r1, r8, where=m4)
+            numpy.copyto(out, r0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.divide(r3, cp, out=r5)
             numpy.add(r5, r3, out=r5)
@@ -12243,18 +11671,17 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
             numpy.add(r5, r2, out=r5)
             numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
+            numpy.divide(r1, cp, out=r5)
+            numpy.add(r5, r1, out=r5)
             numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m2, out=m4)
             numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r8, cp, out=r5)
-            numpy.add(r5, r8, out=r5)
+            numpy.divide(r0, cp, out=r5)
+            numpy.add(r5, r0, out=r5)
             numpy.copyto(r4, r5, where=m4)
-            numpy.add(r1, r4, out=r1)
-            numpy.multiply(out, r1, out=out)
+            numpy.add(out, r4, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -12331,7 +11758,7 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 80.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12356,87 +11783,63 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_direct_dense_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = n_qknorm*tmp6 + tmp7
+            inv0 = tmp5 + tmp8
+            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            inv1 = tmp13 + tmp8
+            tmp15 = tmp7 + 2*h*n_qknorm/a
+            inv2 = tmp15 + tmp5
+            inv3 = tmp13 + tmp15
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
-        ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
-        (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp),
-        reals=11,
+        ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
+        (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
+        reals=6,
         masks=5,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dc_kv*n_kv -> r0
-            numpy.multiply(dc_kv, n_kv, out=r0)
-            # tmp2 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr) -> r2
-            numpy.multiply(r1, dh, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            # tmp4 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3) ->
-            #     r4
-            numpy.add(dh, qk_nope_head_dim, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.add(dhr, qk_nope_head_dim, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp6 = 2*dh -> r5
-            numpy.multiply(dh, 2.0, out=r5)
-            # tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-            #     mlp_bias*(h + hff*(n_ffMM - 1))) -> r6
-            numpy.add(n_shared_exp, n_exp, out=r6)
-            numpy.subtract(n_ffMM, 1.0, out=r7)
-            numpy.multiply(r7, hff, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.multiply(hff, n_ffMM, out=r8)
-            numpy.multiply(r8, h, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r6, r7, out=r6)
-            numpy.add(1.0, norm_bias, out=r7)
-            numpy.multiply(r7, layer_norms, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp8 = n_qknorm*tmp6 + tmp7 -> r7
-            numpy.multiply(r5, n_qknorm, out=r7)
-            numpy.add(r7, r6, out=r7)
-            # tmp9 = (tmp5 + tmp8)/t -> r8
-            numpy.add(r4, r7, out=r8)
-            numpy.divide(r8, t, out=r8)
+        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp9 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
             # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
             # tmp11 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
             # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3) -> r9
-            numpy.multiply(r0, r5, out=r9)
-            numpy.add(dh, dhr, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # tmp14 = (tmp13 + tmp8)/t -> r0
-            numpy.add(r9, r7, out=r0)
-            numpy.divide(r0, t, out=r0)
-            # tmp15 = tmp7 + 2*h*n_qknorm/a -> r1
-            numpy.multiply(n_qknorm, h, out=r1)
-            numpy.divide(r1, a, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(r1, r6, out=r1)
-            # tmp16 = (tmp15 + tmp5)/t -> r2
-            numpy.add(r1, r4, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp17 = (tmp13 + tmp15)/t -> r3
-            numpy.add(r9, r1, out=r3)
-            numpy.divide(r3, t, out=r3)
+            # tmp14 = inv1/t -> r1
+            numpy.divide(inv1, t, out=r1)
+            # tmp16 = inv2/t -> r2
+            numpy.divide(inv2, t, out=r2)
+            # tmp17 = inv3/t -> r3
+            numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
             # out = numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
@@ -12451,28 +11854,28 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
             numpy.logical_and(m0, m2, out=m4)
             numpy.copyto(out, r2, where=m4)
             numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(out, r1, where=m4)
             numpy.logical_and(m0, m1, out=m4)
             numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r8, where=m4)
-            numpy.copyto(r1, 0.0)
-            numpy.divide(r3, cp, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.copyto(r1, r4, where=m3)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r4, 0.0)
+            numpy.divide(r3, cp, out=r5)
+            numpy.add(r5, r3, out=r5)
+            numpy.copyto(r4, r5, where=m3)
             numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.copyto(r1, r4, where=m4)
+            numpy.divide(r2, cp, out=r5)
+            numpy.add(r5, r2, out=r5)
+            numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r0, cp, out=r4)
-            numpy.add(r4, r0, out=r4)
-            numpy.copyto(r1, r4, where=m4)
+            numpy.divide(r1, cp, out=r5)
+            numpy.add(r5, r1, out=r5)
+            numpy.copyto(r4, r5, where=m4)
             numpy.logical_and(m1, m2, out=m4)
             numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r8, cp, out=r4)
-            numpy.add(r4, r8, out=r4)
-            numpy.copyto(r1, r4, where=m4)
-            numpy.add(out, r1, out=out)
+            numpy.divide(r0, cp, out=r5)
+            numpy.add(r5, r0, out=r5)
+            numpy.copyto(r4, r5, where=m4)
+            numpy.add(out, r4, out=out)
     return call.out
 
 
@@ -12538,114 +11941,80 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
+    # ops: 70 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
         tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
-        tmp3 = a*h
-        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-        tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
-        tmp6 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp5*(2*tmp6 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = a*h
+        tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp4 = a*h
+            tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_fsdp_layer", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale))
+            tmp4 = a*h
+            tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
     call = _runtime.Call(
         "stage_dp_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t),
-        reals=7,
+        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r2
-            numpy.copyto(r2, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r2, qk_nope_head_dim, where=m0)
-            # tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv
-            #     + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1) -> r3
-            numpy.add(n_shared_exp, n_exp, out=r3)
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.multiply(hff, n_ffMM, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.divide(h, a, out=r4)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r4, dh, where=m0)
-            numpy.multiply(r4, n_qknorm, out=r4)
-            numpy.multiply(r4, 2.0, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r1, dh, out=r4)
-            numpy.add(r2, dhr, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(dc_kv, dhr, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r2, dh, out=r5)
-            numpy.multiply(r5, dc_kv, out=r5)
-            numpy.multiply(r5, n_kv, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, dc_kv, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            numpy.multiply(r4, 0.25, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(1.0, norm_bias, out=r4)
-            numpy.multiply(r4, layer_norms, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r0, t, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp6 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
             numpy.multiply(cp, d, out=r1)
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp5*(2*tmp6
-            #     - 2)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp6 + tmp5*(bytes_grad +
-            #     bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r0, 1.0, out=r2)
-            numpy.multiply(reshards, 2.0, out=r4)
-            numpy.subtract(1.0, reshards, out=r5)
-            numpy.divide(r5, m, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, bytes_p, out=r4)
-            numpy.add(r4, bytes_grad, out=r4)
-            numpy.multiply(r2, r4, out=r2)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r1, 2.0, out=r4)
-            numpy.subtract(r4, 2.0, out=r4)
-            numpy.copyto(r5, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r6)
-            numpy.multiply(r6, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.divide(1.0, m, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            numpy.multiply(r4, bytes_grad, out=r4)
-            numpy.divide(r4, r1, out=r4)
-            numpy.add(r2, r4, out=r2)
+            # out = inv4*score_factor_dp*(inv3*(tmp3 -
+            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+            #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + inv1))*(tmp1 -
+            #     1))/(t*tmp1)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, inv1, out=r2)
+            numpy.multiply(r2, bytes_p, out=r2)
+            numpy.add(r2, bytes_grad, out=r2)
             numpy.multiply(out, r2, out=out)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
+            numpy.multiply(r2, r3, out=r2)
+            numpy.multiply(r2, inv3, out=r2)
+            numpy.divide(r2, r1, out=r2)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv4, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+            numpy.multiply(r0, t, out=r2)
+            numpy.divide(out, r2, out=out)
     return call.out
 
 
@@ -12705,110 +12074,78 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
+    # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t) = _runtime.floats(xp, (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
         tmp1 = xp.maximum(1, shard_p_os_non_exp_partial/t)
-        tmp3 = a*h
-        tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-        tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
-        tmp6 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
-        out = bytes_grad*tmp5*(2*tmp6 - 2)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+        tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+        tmp4 = a*h
+        tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp4 = a*h
+            tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp) = _runtime.reals("stage_dp_unconverted_mla_q_direct_dense_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp"), (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp))
+            tmp4 = a*h
+            tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+            inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-        (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t),
-        reals=6,
+        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+        (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+        reals=5,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r2
-            numpy.copyto(r2, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r2, qk_nope_head_dim, where=m0)
-            # tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv
-            #     + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp +
-            #     n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1) -> r3
-            numpy.add(n_shared_exp, n_exp, out=r3)
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.multiply(hff, n_ffMM, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.divide(h, a, out=r4)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r4, dh, where=m0)
-            numpy.multiply(r4, n_qknorm, out=r4)
-            numpy.multiply(r4, 2.0, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r1, dh, out=r4)
-            numpy.add(r2, dhr, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(dc_kv, dhr, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r2, dh, out=r5)
-            numpy.multiply(r5, dc_kv, out=r5)
-            numpy.multiply(r5, n_kv, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, dc_kv, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            numpy.multiply(r4, 0.25, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(1.0, norm_bias, out=r4)
-            numpy.multiply(r4, layer_norms, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r0, t, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp6 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
             numpy.multiply(cp, d, out=r1)
             numpy.multiply(r1, t, out=r1)
             numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # out = bytes_grad*tmp5*(2*tmp6 -
-            #     2)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp6 + tmp5*(bytes_grad +
-            #     bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+            # out = inv4*(inv3*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m +
+            #     inv1))*(tmp1 - 1))/(t*tmp1)
             numpy.subtract(r0, 1.0, out=out)
-            numpy.multiply(reshards, 2.0, out=r2)
-            numpy.subtract(1.0, reshards, out=r4)
-            numpy.divide(r4, m, out=r4)
-            numpy.add(r2, r4, out=r2)
+            numpy.divide(inv0, m, out=r2)
+            numpy.add(r2, inv1, out=r2)
             numpy.multiply(r2, bytes_p, out=r2)
             numpy.add(r2, bytes_grad, out=r2)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(r1, 2.0, out=r2)
-            numpy.subtract(r2, 2.0, out=r2)
-            numpy.copyto(r4, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r5)
-            numpy.multiply(r5, cp, out=r5)
-            numpy.add(r5, shard_spans_cp, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
-            numpy.divide(1.0, m, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(r2, r4, out=r2)
+            numpy.subtract(r1, 1.0, out=r2)
+            numpy.copyto(r3, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r3, r4, where=m0)
             numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, bytes_grad, out=r2)
+            numpy.multiply(r2, inv3, out=r2)
             numpy.divide(r2, r1, out=r2)
             numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv4, out=out)
+            numpy.multiply(r0, t, out=r2)
+            numpy.divide(out, r2, out=out)
     return call.out
 
 
@@ -12860,7 +12197,7 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 60.
+    # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12868,88 +12205,54 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         tmp2 = a*h
         tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-        out = bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
+        out = 2*bytes_grad*(tmp1 - 1)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp2 = a*h
+            tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp) = _runtime.reals("stage_dp_reduced_mla_q_direct_dense_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp"), (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp))
+            tmp2 = a*h
+            tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = 1 - shard_spans_cp
+            inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-        (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t),
-        reals=6,
+        ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+        (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+        reals=3,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t in call.blocks():
+        for out, r0, r1, r2, m0, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
             numpy.multiply(r0, t, out=r0)
             numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r2
-            numpy.copyto(r2, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r2, qk_nope_head_dim, where=m0)
-            # out = bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) +
-            #     0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) +
-            #     tmp2*(dhr + tmp3))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) +
-            #     (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-            #     1))))*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
+            # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0
+            #     + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t))
-            numpy.multiply(r0, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.add(n_shared_exp, n_exp, out=r3)
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.multiply(hff, n_ffMM, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.divide(h, a, out=r4)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r4, dh, where=m0)
-            numpy.multiply(r4, n_qknorm, out=r4)
-            numpy.multiply(r4, 2.0, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r1, dh, out=r4)
-            numpy.add(r2, dhr, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(dc_kv, dhr, out=r5)
-            numpy.multiply(r5, h, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r2, dh, out=r5)
-            numpy.multiply(r5, dc_kv, out=r5)
-            numpy.multiply(r5, n_kv, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, dc_kv, out=r4)
-            numpy.multiply(r4, n_attMM, out=r4)
-            numpy.multiply(r4, 0.25, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(1.0, norm_bias, out=r4)
-            numpy.multiply(r4, layer_norms, out=r4)
-            numpy.multiply(r4, h, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(out, r3, out=out)
-            numpy.copyto(r3, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r4)
-            numpy.multiply(r4, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.multiply(r3, r0, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.divide(out, r3, out=out)
+            numpy.subtract(r0, 1.0, out=out)
+            numpy.copyto(r1, 1.0)
+            numpy.multiply(inv0, cp, out=r2)
+            numpy.add(r2, shard_spans_cp, out=r2)
+            numpy.multiply(r2, t, out=r2)
+            numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
+            numpy.divide(1.0, m, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.multiply(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
+            numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
+            numpy.maximum(r1, 1.0, out=r1)
+            numpy.multiply(r1, r0, out=r1)
+            numpy.multiply(r1, t, out=r1)
+            numpy.divide(out, r1, out=out)
     return call.out
 
 
@@ -13054,220 +12357,227 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 124.
+    # ops: 124 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp0 = 1/t
         tmp1 = dc_kv*n_kv
         tmp2 = a*h
         tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
+        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp5 = 0.25*tmp4
+        tmp6 = dh*n_qknorm
+        tmp7 = h*n_exp
+        tmp8 = h*layer_norms*(norm_bias + 1)
+        tmp9 = tmp7 + tmp8
+        tmp10 = 2*tmp6 + tmp9
+        tmp11 = xp.equal(zero3_non_exp, 1)
+        tmp12 = xp.not_equal(dh, 0)
+        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
+        tmp15 = 0.25*tmp14
+        tmp16 = h*n_qknorm/a
+        tmp17 = 2*tmp16 + tmp9
         tmp18 = xp.equal(zero3_exp, 1)
         tmp19 = xp.not_equal(n_shared_exp, 0)
         tmp20 = h*hff_exp*n_ffMM
         tmp21 = hff_exp*(n_ffMM - 1)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+        tmp22 = 1/xp.maximum(1, etp)
+        tmp23 = n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
         tmp24 = h*shared_expert_gate + tmp23
         tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp27 = 1/(cp*ep*t_exp)
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = xp.equal(zero2_exp, 1)
-        tmp32 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp30), 0, xp.where(xp.logical_and(tmp19, tmp30), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp30, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))) + xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp32)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp32), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp32), tmp16 + tmp16/cp, xp.where(tmp32, tmp17 + tmp17/cp, 0)))))
+        tmp26 = 1/cp
+        tmp27 = tmp26/(ep*t_exp)
+        tmp28 = xp.equal(zero2_exp, 1)
+        tmp29 = tmp27 + 1/xp.maximum(ep, t_exp)
+        tmp30 = 4*tmp7 + 4*tmp8
+        tmp31 = tmp30 + 8*tmp6
+        tmp32 = 0.25*(tmp0*(tmp26 + 1))
+        tmp33 = xp.equal(zero2_non_exp, 1)
+        tmp34 = 8*tmp16 + tmp30
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp5 = 0.25*tmp4
+            tmp6 = dh*n_qknorm
+            tmp7 = h*n_exp
+            tmp8 = h*layer_norms*(norm_bias + 1)
+            tmp9 = tmp7 + tmp8
+            tmp10 = 2*tmp6 + tmp9
+            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
+            tmp15 = 0.25*tmp14
+            tmp16 = h*n_qknorm/a
+            tmp17 = 2*tmp16 + tmp9
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv1 = h*shared_expert_gate
+            tmp30 = 4*tmp7 + 4*tmp8
+            tmp31 = tmp30 + 8*tmp6
+            tmp34 = 8*tmp16 + tmp30
+            inv2 = tmp10 + tmp5
+            inv3 = tmp10 + tmp15
+            inv4 = tmp17 + tmp5
+            inv5 = tmp15 + tmp17
+            inv6 = tmp31 + tmp4
+            inv7 = tmp14 + tmp31
+            inv8 = tmp34 + tmp4
+            inv9 = tmp14 + tmp34
+            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp5 = 0.25*tmp4
+            tmp6 = dh*n_qknorm
+            tmp7 = h*n_exp
+            tmp8 = h*layer_norms*(norm_bias + 1)
+            tmp9 = tmp7 + tmp8
+            tmp10 = 2*tmp6 + tmp9
+            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
+            tmp15 = 0.25*tmp14
+            tmp16 = h*n_qknorm/a
+            tmp17 = 2*tmp16 + tmp9
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv1 = h*shared_expert_gate
+            tmp30 = 4*tmp7 + 4*tmp8
+            tmp31 = tmp30 + 8*tmp6
+            tmp34 = 8*tmp16 + tmp30
+            inv2 = tmp10 + tmp5
+            inv3 = tmp10 + tmp15
+            inv4 = tmp17 + tmp5
+            inv5 = tmp15 + tmp17
+            inv6 = tmp31 + tmp4
+            inv7 = tmp14 + tmp31
+            inv8 = tmp34 + tmp4
+            inv9 = tmp14 + tmp34
+            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp),
-        reals=11,
+        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
+        reals=8,
         masks=9,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dc_kv*n_kv -> r0
-            numpy.multiply(dc_kv, n_kv, out=r0)
-            # tmp2 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr) -> r2
-            numpy.multiply(r1, dh, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            # tmp4 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3) ->
-            #     r4
-            numpy.add(dh, qk_nope_head_dim, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.add(dhr, qk_nope_head_dim, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp6 = 2*dh -> r5
-            numpy.multiply(dh, 2.0, out=r5)
-            # tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp -> r6
-            numpy.multiply(h, n_exp, out=r6)
-            numpy.add(1.0, norm_bias, out=r7)
-            numpy.multiply(r7, layer_norms, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp8 = n_qknorm*tmp6 + tmp7 -> r7
-            numpy.multiply(r5, n_qknorm, out=r7)
-            numpy.add(r7, r6, out=r7)
-            # tmp9 = (tmp5 + tmp8)/t -> r8
-            numpy.add(r4, r7, out=r8)
-            numpy.divide(r8, t, out=r8)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
+            # tmp0 = 1/t -> r0
+            numpy.divide(1.0, t, out=r0)
+            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
+            # tmp12 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
+            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3) -> r9
-            numpy.multiply(r0, r5, out=r9)
-            numpy.add(dh, dhr, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # tmp14 = (tmp13 + tmp8)/t -> r0
-            numpy.add(r9, r7, out=r0)
-            numpy.divide(r0, t, out=r0)
-            # tmp15 = tmp7 + 2*h*n_qknorm/a -> r1
-            numpy.multiply(n_qknorm, h, out=r1)
-            numpy.divide(r1, a, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(r1, r6, out=r1)
-            # tmp16 = (tmp15 + tmp5)/t -> r2
-            numpy.add(r1, r4, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp17 = (tmp13 + tmp15)/t -> r3
-            numpy.add(r9, r1, out=r3)
-            numpy.divide(r3, t, out=r3)
             # tmp18 = numpy.equal(zero3_exp, 1) -> m3
             numpy.equal(zero3_exp, 1.0, out=m3)
             # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m4
             numpy.not_equal(n_shared_exp, 0.0, out=m4)
-            # tmp20 = h*hff_exp*n_ffMM -> r1
-            numpy.multiply(hff_exp, n_ffMM, out=r1)
-            numpy.multiply(r1, h, out=r1)
-            # tmp21 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1,
-            #     etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20) -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(r1, r6, out=r6)
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r4, r7, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(r6, n_exp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            # tmp24 = h*shared_expert_gate + tmp23 -> r1
-            numpy.multiply(shared_expert_gate, h, out=r1)
-            numpy.add(r1, r5, out=r1)
+            # tmp22 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp23 = inv0 + n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) -> r2
+            numpy.multiply(tmp20, r1, out=r2)
+            numpy.multiply(tmp21, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp24 = inv1 + tmp23 -> r1
+            numpy.add(inv1, r2, out=r1)
             # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m5
-            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r5, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r4
-            numpy.multiply(cp, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # tmp28 = tmp24*tmp27 -> r6
-            numpy.multiply(r1, r4, out=r6)
-            # tmp29 = tmp23*tmp27 -> r7
-            numpy.multiply(r5, r4, out=r7)
-            # tmp30 = numpy.equal(zero2_exp, 1) -> m6
+            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp26 = 1/cp -> r3
+            numpy.divide(1.0, cp, out=r3)
+            # tmp27 = tmp26/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r3, r4, out=r4)
+            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp32 = numpy.equal(zero2_non_exp, 1) -> m7
+            # tmp29 = tmp27 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r4, out=r5)
+            # tmp32 = 0.25*(tmp0*(tmp26 + 1)) -> r6
+            numpy.add(1.0, r3, out=r6)
+            numpy.multiply(r6, r0, out=r6)
+            numpy.multiply(r6, 0.25, out=r6)
+            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = score_factor_dp*stage_cost_scale*(1 -
-            #     comm_dp_overlap)*(numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp28, numpy.where(tmp18,
-            #     tmp29, 0))) + numpy.where(numpy.logical_and.reduce((tmp25,tmp30)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp30)), tmp24/numpy.maximum(ep,
-            #     t_exp) + tmp28, numpy.where(tmp30, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
-            #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp32)), tmp9 +
-            #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp32)), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp32)), tmp16 + tmp16/cp,
-            #     numpy.where(tmp32, tmp17 + tmp17/cp, 0)))))
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.copyto(r4, r7, where=m3)
+            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
+            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp24*tmp27,
+            #     numpy.where(tmp18, tmp23*tmp27, 0))) +
+            #     numpy.where(numpy.logical_and.reduce((tmp25,tmp28)), 0,
+            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp28)), tmp24*tmp29,
+            #     numpy.where(tmp28, tmp23*tmp29, 0))) +
+            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)), inv2*tmp0,
+            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv3*tmp0,
+            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv4*tmp0, numpy.where(tmp11,
+            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp33)),
+            #     inv6*tmp32, numpy.where(numpy.logical_and.reduce((tmp12,tmp33)), inv7*tmp32,
+            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp33)), inv8*tmp32,
+            #     numpy.where(tmp33, inv9*tmp32, 0)))))
+            numpy.copyto(out, 0.0)
+            numpy.multiply(r2, r4, out=r3)
+            numpy.copyto(out, r3, where=m3)
             numpy.logical_and(m3, m4, out=m8)
-            numpy.copyto(r4, r6, where=m8)
+            numpy.multiply(r1, r4, out=r3)
+            numpy.copyto(out, r3, where=m8)
             numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(r4, 0.0, where=m8)
-            numpy.copyto(r9, 0.0)
-            numpy.maximum(ep, t_exp, out=r10)
-            numpy.divide(r5, r10, out=r10)
-            numpy.add(r10, r7, out=r10)
-            numpy.copyto(r9, r10, where=m6)
+            numpy.copyto(out, 0.0, where=m8)
+            numpy.copyto(r3, 0.0)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r3, r7, where=m6)
             numpy.logical_and(m4, m6, out=m8)
-            numpy.maximum(ep, t_exp, out=r10)
-            numpy.divide(r1, r10, out=r10)
-            numpy.add(r10, r6, out=r10)
-            numpy.copyto(r9, r10, where=m8)
+            numpy.multiply(r1, r5, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m5, m6, out=m8)
-            numpy.copyto(r9, 0.0, where=m8)
-            numpy.add(r4, r9, out=r4)
-            numpy.copyto(r9, 0.0)
-            numpy.copyto(r9, r3, where=m0)
+            numpy.copyto(r3, 0.0, where=m8)
+            numpy.add(out, r3, out=out)
+            numpy.copyto(r3, 0.0)
+            numpy.multiply(inv5, r0, out=r7)
+            numpy.copyto(r3, r7, where=m0)
             numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(r9, r2, where=m8)
+            numpy.multiply(inv4, r0, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m0, m1, out=m8)
-            numpy.copyto(r9, r0, where=m8)
+            numpy.multiply(inv3, r0, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m0, m1, out=m8)
             numpy.logical_and(m8, m2, out=m8)
-            numpy.copyto(r9, r8, where=m8)
-            numpy.add(r4, r9, out=r4)
-            numpy.copyto(r9, 0.0)
-            numpy.divide(r3, cp, out=r10)
-            numpy.add(r10, r3, out=r10)
-            numpy.copyto(r9, r10, where=m7)
+            numpy.multiply(inv2, r0, out=r7)
+            numpy.copyto(r3, r7, where=m8)
+            numpy.add(out, r3, out=out)
+            numpy.copyto(r3, 0.0)
+            numpy.multiply(inv9, r6, out=r7)
+            numpy.copyto(r3, r7, where=m7)
             numpy.logical_and(m2, m7, out=m8)
-            numpy.divide(r2, cp, out=r10)
-            numpy.add(r10, r2, out=r10)
-            numpy.copyto(r9, r10, where=m8)
+            numpy.multiply(inv8, r6, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m1, m7, out=m8)
-            numpy.divide(r0, cp, out=r10)
-            numpy.add(r10, r0, out=r10)
-            numpy.copyto(r9, r10, where=m8)
+            numpy.multiply(inv7, r6, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m1, m2, out=m8)
             numpy.logical_and(m8, m7, out=m8)
-            numpy.divide(r8, cp, out=r10)
-            numpy.add(r10, r8, out=r10)
-            numpy.copyto(r9, r10, where=m8)
-            numpy.add(r4, r9, out=r4)
-            numpy.multiply(out, r4, out=out)
+            numpy.multiply(inv6, r6, out=r7)
+            numpy.copyto(r3, r7, where=m8)
+            numpy.add(out, r3, out=out)
+            numpy.multiply(out, inv10, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -13366,215 +12676,223 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 108 (SymPy count_ops of the CSE form below); NumPy calls per block: 120.
+    # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
     xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+        tmp0 = 1/t
         tmp1 = dc_kv*n_kv
         tmp2 = a*h
         tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
+        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp5 = 0.25*tmp4
+        tmp6 = dh*n_qknorm
+        tmp7 = h*n_exp
+        tmp8 = h*layer_norms*(norm_bias + 1)
+        tmp9 = tmp7 + tmp8
+        tmp10 = 2*tmp6 + tmp9
+        tmp11 = xp.equal(zero3_non_exp, 1)
+        tmp12 = xp.not_equal(dh, 0)
+        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
+        tmp15 = 0.25*tmp14
+        tmp16 = h*n_qknorm/a
+        tmp17 = 2*tmp16 + tmp9
         tmp18 = xp.equal(zero3_exp, 1)
         tmp19 = xp.not_equal(n_shared_exp, 0)
         tmp20 = h*hff_exp*n_ffMM
         tmp21 = hff_exp*(n_ffMM - 1)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+        tmp22 = 1/xp.maximum(1, etp)
+        tmp23 = n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
         tmp24 = h*shared_expert_gate + tmp23
         tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp27 = 1/(cp*ep*t_exp)
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = xp.equal(zero2_exp, 1)
-        tmp32 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp30), 0, xp.where(xp.logical_and(tmp19, tmp30), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp30, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))) + xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp32)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp32), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp32), tmp16 + tmp16/cp, xp.where(tmp32, tmp17 + tmp17/cp, 0))))
+        tmp26 = 1/cp
+        tmp27 = tmp26/(ep*t_exp)
+        tmp28 = xp.equal(zero2_exp, 1)
+        tmp29 = tmp27 + 1/xp.maximum(ep, t_exp)
+        tmp30 = 4*tmp7 + 4*tmp8
+        tmp31 = tmp30 + 8*tmp6
+        tmp32 = 0.25*(tmp0*(tmp26 + 1))
+        tmp33 = xp.equal(zero2_non_exp, 1)
+        tmp34 = 8*tmp16 + tmp30
+        out = xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp5 = 0.25*tmp4
+            tmp6 = dh*n_qknorm
+            tmp7 = h*n_exp
+            tmp8 = h*layer_norms*(norm_bias + 1)
+            tmp9 = tmp7 + tmp8
+            tmp10 = 2*tmp6 + tmp9
+            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
+            tmp15 = 0.25*tmp14
+            tmp16 = h*n_qknorm/a
+            tmp17 = 2*tmp16 + tmp9
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv1 = h*shared_expert_gate
+            tmp30 = 4*tmp7 + 4*tmp8
+            tmp31 = tmp30 + 8*tmp6
+            tmp34 = 8*tmp16 + tmp30
+            inv2 = tmp10 + tmp5
+            inv3 = tmp10 + tmp15
+            inv4 = tmp17 + tmp5
+            inv5 = tmp15 + tmp17
+            inv6 = tmp31 + tmp4
+            inv7 = tmp14 + tmp31
+            inv8 = tmp34 + tmp4
+            inv9 = tmp14 + tmp34
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_direct_moe_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp5 = 0.25*tmp4
+            tmp6 = dh*n_qknorm
+            tmp7 = h*n_exp
+            tmp8 = h*layer_norms*(norm_bias + 1)
+            tmp9 = tmp7 + tmp8
+            tmp10 = 2*tmp6 + tmp9
+            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
+            tmp15 = 0.25*tmp14
+            tmp16 = h*n_qknorm/a
+            tmp17 = 2*tmp16 + tmp9
+            tmp20 = h*hff_exp*n_ffMM
+            tmp21 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+            inv1 = h*shared_expert_gate
+            tmp30 = 4*tmp7 + 4*tmp8
+            tmp31 = tmp30 + 8*tmp6
+            tmp34 = 8*tmp16 + tmp30
+            inv2 = tmp10 + tmp5
+            inv3 = tmp10 + tmp15
+            inv4 = tmp17 + tmp5
+            inv5 = tmp15 + tmp17
+            inv6 = tmp31 + tmp4
+            inv7 = tmp14 + tmp31
+            inv8 = tmp34 + tmp4
+            inv9 = tmp14 + tmp34
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
-        ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
-        (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp),
-        reals=11,
+        ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+        (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+        reals=8,
         masks=9,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp in call.blocks():
-            # tmp1 = dc_kv*n_kv -> r0
-            numpy.multiply(dc_kv, n_kv, out=r0)
-            # tmp2 = a*h -> r1
-            numpy.multiply(a, h, out=r1)
-            # tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr) -> r2
-            numpy.multiply(r1, dh, out=r2)
-            numpy.add(dc_kv, dhr, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, dc_kv, out=r2)
-            # tmp4 = 0.25*n_attMM -> r3
-            numpy.multiply(n_attMM, 0.25, out=r3)
-            # tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3) ->
-            #     r4
-            numpy.add(dh, qk_nope_head_dim, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.add(dhr, qk_nope_head_dim, out=r5)
-            numpy.multiply(r5, r1, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r2, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp6 = 2*dh -> r5
-            numpy.multiply(dh, 2.0, out=r5)
-            # tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp -> r6
-            numpy.multiply(h, n_exp, out=r6)
-            numpy.add(1.0, norm_bias, out=r7)
-            numpy.multiply(r7, layer_norms, out=r7)
-            numpy.multiply(r7, h, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp8 = n_qknorm*tmp6 + tmp7 -> r7
-            numpy.multiply(r5, n_qknorm, out=r7)
-            numpy.add(r7, r6, out=r7)
-            # tmp9 = (tmp5 + tmp8)/t -> r8
-            numpy.add(r4, r7, out=r8)
-            numpy.divide(r8, t, out=r8)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp0 = 1/t -> r0
+            numpy.divide(1.0, t, out=r0)
+            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
             numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
+            # tmp12 = numpy.not_equal(dh, 0) -> m1
             numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
+            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3) -> r9
-            numpy.multiply(r0, r5, out=r9)
-            numpy.add(dh, dhr, out=r10)
-            numpy.multiply(r10, r1, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # tmp14 = (tmp13 + tmp8)/t -> r0
-            numpy.add(r9, r7, out=r0)
-            numpy.divide(r0, t, out=r0)
-            # tmp15 = tmp7 + 2*h*n_qknorm/a -> r1
-            numpy.multiply(n_qknorm, h, out=r1)
-            numpy.divide(r1, a, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(r1, r6, out=r1)
-            # tmp16 = (tmp15 + tmp5)/t -> r2
-            numpy.add(r1, r4, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp17 = (tmp13 + tmp15)/t -> r3
-            numpy.add(r9, r1, out=r3)
-            numpy.divide(r3, t, out=r3)
             # tmp18 = numpy.equal(zero3_exp, 1) -> m3
             numpy.equal(zero3_exp, 1.0, out=m3)
             # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m4
             numpy.not_equal(n_shared_exp, 0.0, out=m4)
-            # tmp20 = h*hff_exp*n_ffMM -> r1
-            numpy.multiply(hff_exp, n_ffMM, out=r1)
-            numpy.multiply(r1, h, out=r1)
-            # tmp21 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1,
-            #     etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20) -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(r1, r6, out=r6)
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r4, r7, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(r6, n_exp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            # tmp24 = h*shared_expert_gate + tmp23 -> r1
-            numpy.multiply(shared_expert_gate, h, out=r1)
-            numpy.add(r1, r5, out=r1)
+            # tmp22 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp23 = inv0 + n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) -> r2
+            numpy.multiply(tmp20, r1, out=r2)
+            numpy.multiply(tmp21, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp24 = inv1 + tmp23 -> r1
+            numpy.add(inv1, r2, out=r1)
             # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m5
-            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r5, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r4
-            numpy.multiply(cp, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # tmp28 = tmp24*tmp27 -> r6
-            numpy.multiply(r1, r4, out=r6)
-            # tmp29 = tmp23*tmp27 -> r7
-            numpy.multiply(r5, r4, out=r7)
-            # tmp30 = numpy.equal(zero2_exp, 1) -> m6
+            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp26 = 1/cp -> r3
+            numpy.divide(1.0, cp, out=r3)
+            # tmp27 = tmp26/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r3, r4, out=r4)
+            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp32 = numpy.equal(zero2_non_exp, 1) -> m7
+            # tmp29 = tmp27 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r4, out=r5)
+            # tmp32 = 0.25*(tmp0*(tmp26 + 1)) -> r6
+            numpy.add(1.0, r3, out=r6)
+            numpy.multiply(r6, r0, out=r6)
+            numpy.multiply(r6, 0.25, out=r6)
+            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
             # out = numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp28, numpy.where(tmp18,
-            #     tmp29, 0))) + numpy.where(numpy.logical_and.reduce((tmp25,tmp30)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp30)), tmp24/numpy.maximum(ep,
-            #     t_exp) + tmp28, numpy.where(tmp30, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
-            #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp32)), tmp9 +
-            #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp32)), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp32)), tmp16 + tmp16/cp,
-            #     numpy.where(tmp32, tmp17 + tmp17/cp, 0))))
+            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp24*tmp27,
+            #     numpy.where(tmp18, tmp23*tmp27, 0))) +
+            #     numpy.where(numpy.logical_and.reduce((tmp25,tmp28)), 0,
+            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp28)), tmp24*tmp29,
+            #     numpy.where(tmp28, tmp23*tmp29, 0))) +
+            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)), inv2*tmp0,
+            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv3*tmp0,
+            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv4*tmp0, numpy.where(tmp11,
+            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp33)),
+            #     inv6*tmp32, numpy.where(numpy.logical_and.reduce((tmp12,tmp33)), inv7*tmp32,
+            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp33)), inv8*tmp32,
+            #     numpy.where(tmp33, inv9*tmp32, 0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r7, where=m3)
+            numpy.multiply(r2, r4, out=r3)
+            numpy.copyto(out, r3, where=m3)
             numpy.logical_and(m3, m4, out=m8)
-            numpy.copyto(out, r6, where=m8)
+            numpy.multiply(r1, r4, out=r3)
+            numpy.copyto(out, r3, where=m8)
             numpy.logical_and(m3, m5, out=m8)
             numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r4, 0.0)
-            numpy.maximum(ep, t_exp, out=r9)
-            numpy.divide(r5, r9, out=r9)
-            numpy.add(r9, r7, out=r9)
-            numpy.copyto(r4, r9, where=m6)
+            numpy.copyto(r3, 0.0)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r3, r7, where=m6)
             numpy.logical_and(m4, m6, out=m8)
-            numpy.maximum(ep, t_exp, out=r9)
-            numpy.divide(r1, r9, out=r9)
-            numpy.add(r9, r6, out=r9)
-            numpy.copyto(r4, r9, where=m8)
+            numpy.multiply(r1, r5, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m5, m6, out=m8)
-            numpy.copyto(r4, 0.0, where=m8)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r3, 0.0, where=m8)
+            numpy.add(out, r3, out=out)
+            numpy.copyto(r3, 0.0)
+            numpy.multiply(inv5, r0, out=r7)
+            numpy.copyto(r3, r7, where=m0)
             numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(r4, r2, where=m8)
+            numpy.multiply(inv4, r0, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m0, m1, out=m8)
-            numpy.copyto(r4, r0, where=m8)
+            numpy.multiply(inv3, r0, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m0, m1, out=m8)
             numpy.logical_and(m8, m2, out=m8)
-            numpy.copyto(r4, r8, where=m8)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r9)
-            numpy.add(r9, r3, out=r9)
-            numpy.copyto(r4, r9, where=m7)
+            numpy.multiply(inv2, r0, out=r7)
+            numpy.copyto(r3, r7, where=m8)
+            numpy.add(out, r3, out=out)
+            numpy.copyto(r3, 0.0)
+            numpy.multiply(inv9, r6, out=r7)
+            numpy.copyto(r3, r7, where=m7)
             numpy.logical_and(m2, m7, out=m8)
-            numpy.divide(r2, cp, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.copyto(r4, r9, where=m8)
+            numpy.multiply(inv8, r6, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m1, m7, out=m8)
-            numpy.divide(r0, cp, out=r9)
-            numpy.add(r9, r0, out=r9)
-            numpy.copyto(r4, r9, where=m8)
+            numpy.multiply(inv7, r6, out=r7)
+            numpy.copyto(r3, r7, where=m8)
             numpy.logical_and(m1, m2, out=m8)
             numpy.logical_and(m8, m7, out=m8)
-            numpy.divide(r8, cp, out=r9)
-            numpy.add(r9, r8, out=r9)
-            numpy.copyto(r4, r9, where=m8)
-            numpy.add(out, r4, out=out)
+            numpy.multiply(inv6, r6, out=r7)
+            numpy.copyto(r3, r7, where=m8)
+            numpy.add(out, r3, out=out)
     return call.out
 
 
@@ -13660,7 +12978,7 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 123.
+    # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -13685,72 +13003,78 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = a*h
+            tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_fsdp_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = a*h
+            tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
     call = _runtime.Call(
         "stage_dp_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp),
-        reals=17,
+        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+        reals=14,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m) -> r1
-            numpy.multiply(reshards, 2.0, out=r1)
-            numpy.subtract(1.0, reshards, out=r2)
-            numpy.divide(r2, m, out=r2)
-            numpy.add(r1, r2, out=r1)
+            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+            numpy.divide(inv0, m, out=r1)
+            numpy.add(r1, inv1, out=r1)
             numpy.multiply(r1, bytes_p, out=r1)
             numpy.add(r1, bytes_grad, out=r1)
             # tmp4 = tmp3/t_exp -> r2
             numpy.divide(r1, t_exp, out=r2)
-            # tmp5 = h*hff_exp*n_ffMM -> r3
-            numpy.multiply(hff_exp, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            # tmp6 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1 -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.copyto(r6, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(r5, r0, out=r5)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-            numpy.divide(shard_p_os_exp, t_exp, out=r6)
-            numpy.maximum(r6, 1.0, out=r6)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r7
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.add(r8, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.multiply(r6, ep, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            # tmp11 = cp*d -> r3
-            numpy.multiply(cp, d, out=r3)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r4
-            numpy.multiply(r3, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp_partial, out=r4)
+            # tmp7 = inv2/tmp1 -> r3
+            numpy.divide(inv2, r0, out=r3)
+            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1) -> r8
+            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+            #     etp))/(ep*tmp8) -> r5
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp5, r5, out=r5)
+            numpy.maximum(1.0, etp, out=r6)
+            numpy.divide(tmp6, r6, out=r6)
+            numpy.add(r6, h, out=r6)
+            numpy.multiply(r6, mlp_bias, out=r6)
+            numpy.add(r5, r6, out=r5)
+            numpy.multiply(r5, n_exp, out=r5)
+            numpy.multiply(r4, ep, out=r6)
+            numpy.divide(r5, r6, out=r5)
+            # tmp11 = cp*d -> r6
+            numpy.multiply(cp, d, out=r6)
+            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+            numpy.multiply(r6, t_exp, out=r7)
+            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+            numpy.maximum(r7, 1.0, out=r7)
+            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+            #     shard_spans_cp)), 1/m, 1) -> r8
             numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
+            numpy.multiply(inv3, cp, out=r9)
             numpy.add(r9, shard_spans_cp, out=r9)
             numpy.multiply(r9, t, out=r9)
             numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
@@ -13767,83 +13091,47 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
             numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
             numpy.maximum(r11, 1.0, out=r11)
-            # tmp18 = a*h -> r12
-            numpy.multiply(a, h, out=r12)
-            # tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r13
-            numpy.copyto(r13, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r13, qk_nope_head_dim, where=m0)
-            # tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh +
-            #     tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a))/(t*tmp17) -> r14
-            numpy.multiply(h, n_exp, out=r14)
-            numpy.divide(h, a, out=r15)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r15, dh, where=m0)
-            numpy.multiply(r15, n_qknorm, out=r15)
-            numpy.multiply(r15, 2.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r12, dh, out=r15)
-            numpy.add(r13, dhr, out=r16)
-            numpy.multiply(r16, r12, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(dc_kv, dhr, out=r16)
-            numpy.multiply(r16, h, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r13, dh, out=r16)
-            numpy.multiply(r16, dc_kv, out=r16)
-            numpy.multiply(r16, n_kv, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, dc_kv, out=r15)
-            numpy.multiply(r15, n_attMM, out=r15)
-            numpy.multiply(r15, 0.25, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(1.0, norm_bias, out=r15)
-            numpy.multiply(r15, layer_norms, out=r15)
-            numpy.multiply(r15, h, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r11, t, out=r15)
-            numpy.divide(r14, r15, out=r14)
-            # tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r3, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
-            # out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 -
-            #     2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 +
-            #     tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
-            numpy.subtract(1.0, comm_dp_overlap, out=out)
-            numpy.subtract(r6, 1.0, out=r3)
-            numpy.multiply(r3, r7, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.subtract(r11, 1.0, out=r13)
-            numpy.multiply(r13, r14, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.subtract(r0, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r5, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.multiply(r10, 2.0, out=r13)
-            numpy.subtract(r13, 2.0, out=r13)
-            numpy.multiply(r13, r7, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.divide(r13, r10, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.multiply(r12, 2.0, out=r13)
-            numpy.subtract(r13, 2.0, out=r13)
-            numpy.multiply(r13, r8, out=r13)
-            numpy.multiply(r13, r14, out=r13)
-            numpy.divide(r13, r12, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.multiply(r4, 2.0, out=r13)
-            numpy.subtract(r13, 2.0, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.multiply(r13, r5, out=r13)
-            numpy.divide(r13, r4, out=r13)
-            numpy.add(r3, r13, out=r3)
-            numpy.multiply(out, r3, out=out)
+            # tmp20 = inv4/(t*tmp17) -> r12
+            numpy.multiply(r11, t, out=r12)
+            numpy.divide(inv4, r12, out=r12)
+            # tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+            numpy.multiply(r6, t, out=r13)
+            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+            numpy.maximum(r13, 1.0, out=r13)
+            # out = inv5*score_factor_dp*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) +
+            #     tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) +
+            #     tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+            numpy.subtract(r4, 1.0, out=out)
+            numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, r2, out=out)
+            numpy.subtract(r11, 1.0, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.multiply(r6, r1, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r0, 1.0, out=r6)
+            numpy.multiply(r6, r2, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r10, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r5, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.divide(r6, r10, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r13, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r8, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.divide(r6, r13, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r7, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.divide(r6, r7, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv5, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
     return call.out
 
 
@@ -13923,7 +13211,7 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
+    # ops: 112 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -13948,72 +13236,76 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = a*h
+            tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_direct_moe_fsdp_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate))
+            inv0 = 1 - reshards
+            inv1 = 2*reshards
+            tmp5 = h*hff_exp*n_ffMM
+            tmp6 = hff_exp*(n_ffMM - 1)
+            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv3 = 1 - shard_spans_cp
+            tmp18 = a*h
+            tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
     call = _runtime.Call(
         "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
-        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp),
-        reals=17,
+        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+        reals=14,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
             numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m) -> r1
-            numpy.multiply(reshards, 2.0, out=r1)
-            numpy.subtract(1.0, reshards, out=r2)
-            numpy.divide(r2, m, out=r2)
-            numpy.add(r1, r2, out=r1)
+            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+            numpy.divide(inv0, m, out=r1)
+            numpy.add(r1, inv1, out=r1)
             numpy.multiply(r1, bytes_p, out=r1)
             numpy.add(r1, bytes_grad, out=r1)
             # tmp4 = tmp3/t_exp -> r2
             numpy.divide(r1, t_exp, out=r2)
-            # tmp5 = h*hff_exp*n_ffMM -> r3
-            numpy.multiply(hff_exp, n_ffMM, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            # tmp6 = hff_exp*(n_ffMM - 1) -> r4
-            numpy.subtract(n_ffMM, 1.0, out=r4)
-            numpy.multiply(r4, hff_exp, out=r4)
-            # tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/tmp1 -> r5
-            numpy.add(r4, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.multiply(r5, n_shared_exp, out=r5)
-            numpy.copyto(r6, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(r5, r0, out=r5)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-            numpy.divide(shard_p_os_exp, t_exp, out=r6)
-            numpy.maximum(r6, 1.0, out=r6)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r7
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.maximum(1.0, etp, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.add(r8, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, n_exp, out=r7)
-            numpy.multiply(r6, ep, out=r8)
-            numpy.divide(r7, r8, out=r7)
-            # tmp11 = cp*d -> r3
-            numpy.multiply(cp, d, out=r3)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r4
-            numpy.multiply(r3, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp_partial, out=r4)
+            # tmp7 = inv2/tmp1 -> r3
+            numpy.divide(inv2, r0, out=r3)
+            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
             numpy.maximum(r4, 1.0, out=r4)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*(1 -
-            #     shard_spans_cp) + shard_spans_cp)), 1/m, 1) -> r8
+            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+            #     etp))/(ep*tmp8) -> r5
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp5, r5, out=r5)
+            numpy.maximum(1.0, etp, out=r6)
+            numpy.divide(tmp6, r6, out=r6)
+            numpy.add(r6, h, out=r6)
+            numpy.multiply(r6, mlp_bias, out=r6)
+            numpy.add(r5, r6, out=r5)
+            numpy.multiply(r5, n_exp, out=r5)
+            numpy.multiply(r4, ep, out=r6)
+            numpy.divide(r5, r6, out=r5)
+            # tmp11 = cp*d -> r6
+            numpy.multiply(cp, d, out=r6)
+            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+            numpy.multiply(r6, t_exp, out=r7)
+            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+            numpy.maximum(r7, 1.0, out=r7)
+            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+            #     shard_spans_cp)), 1/m, 1) -> r8
             numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
+            numpy.multiply(inv3, cp, out=r9)
             numpy.add(r9, shard_spans_cp, out=r9)
             numpy.multiply(r9, t, out=r9)
             numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
@@ -14030,79 +13322,45 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
             numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
             numpy.maximum(r11, 1.0, out=r11)
-            # tmp18 = a*h -> r12
-            numpy.multiply(a, h, out=r12)
-            # tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r13
-            numpy.copyto(r13, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r13, qk_nope_head_dim, where=m0)
-            # tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh +
-            #     tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) +
-            #     2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a))/(t*tmp17) -> r14
-            numpy.multiply(h, n_exp, out=r14)
-            numpy.divide(h, a, out=r15)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r15, dh, where=m0)
-            numpy.multiply(r15, n_qknorm, out=r15)
-            numpy.multiply(r15, 2.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r12, dh, out=r15)
-            numpy.add(r13, dhr, out=r16)
-            numpy.multiply(r16, r12, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(dc_kv, dhr, out=r16)
-            numpy.multiply(r16, h, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r13, dh, out=r16)
-            numpy.multiply(r16, dc_kv, out=r16)
-            numpy.multiply(r16, n_kv, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, dc_kv, out=r15)
-            numpy.multiply(r15, n_attMM, out=r15)
-            numpy.multiply(r15, 0.25, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(1.0, norm_bias, out=r15)
-            numpy.multiply(r15, layer_norms, out=r15)
-            numpy.multiply(r15, h, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r11, t, out=r15)
-            numpy.divide(r14, r15, out=r14)
-            # tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r3, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
+            # tmp20 = inv4/(t*tmp17) -> r12
+            numpy.multiply(r11, t, out=r12)
+            numpy.divide(inv4, r12, out=r12)
+            # tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+            numpy.multiply(r6, t, out=r13)
+            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+            numpy.maximum(r13, 1.0, out=r13)
             # out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 -
             #     2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 -
             #     2)/tmp12
-            numpy.subtract(r6, 1.0, out=out)
-            numpy.multiply(out, r7, out=out)
+            numpy.subtract(r4, 1.0, out=out)
+            numpy.multiply(out, r5, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.subtract(r11, 1.0, out=r3)
-            numpy.multiply(r3, r14, out=r3)
-            numpy.multiply(r3, r1, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r0, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r10, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.multiply(r3, r7, out=r3)
-            numpy.multiply(r3, r9, out=r3)
-            numpy.divide(r3, r10, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r12, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.multiply(r3, r8, out=r3)
-            numpy.multiply(r3, r14, out=r3)
-            numpy.divide(r3, r12, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r4, 2.0, out=r3)
-            numpy.subtract(r3, 2.0, out=r3)
-            numpy.multiply(r3, r9, out=r3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.divide(r3, r4, out=r3)
-            numpy.add(out, r3, out=out)
+            numpy.subtract(r11, 1.0, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.multiply(r6, r1, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.subtract(r0, 1.0, out=r6)
+            numpy.multiply(r6, r2, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r10, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r5, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.divide(r6, r10, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r13, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r8, out=r6)
+            numpy.multiply(r6, r12, out=r6)
+            numpy.divide(r6, r13, out=r6)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(r7, 2.0, out=r6)
+            numpy.subtract(r6, 2.0, out=r6)
+            numpy.multiply(r6, r9, out=r6)
+            numpy.multiply(r6, r3, out=r6)
+            numpy.divide(r6, r7, out=r6)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -14170,7 +13428,7 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 98.
+    # ops: 93 (SymPy count_ops of the CSE form below); NumPy calls per block: 52.
     xp = _runtime.namespace((a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14186,132 +13444,100 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         tmp11 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            tmp3 = h*hff_exp*n_ffMM
+            tmp4 = hff_exp*(n_ffMM - 1)
+            tmp9 = 4*h
+            tmp10 = a*h
+            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (a, bytes_grad, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_reduced_mla_q_direct_moe_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate"), (a, bytes_grad, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate))
+            tmp3 = h*hff_exp*n_ffMM
+            tmp4 = hff_exp*(n_ffMM - 1)
+            tmp9 = 4*h
+            tmp10 = a*h
+            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+            inv2 = 1 - shard_spans_cp
+            inv3 = 2*bytes_grad
     call = _runtime.Call(
         "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
-        (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp),
-        reals=12,
+        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+        (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+        reals=6,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
             # tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r1
             numpy.multiply(r0, t_exp, out=r1)
             numpy.divide(r1, shard_p_os_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
-            # tmp3 = h*hff_exp*n_ffMM -> r2
-            numpy.multiply(hff_exp, n_ffMM, out=r2)
-            numpy.multiply(r2, h, out=r2)
-            # tmp4 = hff_exp*(n_ffMM - 1) -> r3
-            numpy.subtract(n_ffMM, 1.0, out=r3)
-            numpy.multiply(r3, hff_exp, out=r3)
-            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r4
-            numpy.multiply(cp, d_exp, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(r4, shard_p_os_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r5
-            numpy.multiply(r0, t, out=r5)
-            numpy.divide(r5, shard_p_os_non_exp_partial, out=r5)
-            numpy.maximum(r5, 1.0, out=r5)
-            # tmp9 = 4*h -> r0
-            numpy.multiply(h, 4.0, out=r0)
-            # tmp10 = a*h -> r6
-            numpy.multiply(a, h, out=r6)
-            # tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh) -> r7
-            numpy.copyto(r7, dh)
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            numpy.copyto(r7, qk_nope_head_dim, where=m0)
-            # out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate,
-            #     0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 -
-            #     1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv +
-            #     dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 +
-            #     8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a))/(t*tmp8*numpy.maximum(1,
-            #     shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
+            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
+            numpy.multiply(cp, d_exp, out=r2)
+            numpy.multiply(r2, t_exp, out=r2)
+            numpy.divide(r2, shard_p_os_exp, out=r2)
+            numpy.maximum(r2, 1.0, out=r2)
+            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r3
+            numpy.multiply(r0, t, out=r3)
+            numpy.divide(r3, shard_p_os_non_exp_partial, out=r3)
+            numpy.maximum(r3, 1.0, out=r3)
+            # out = inv3*(inv0*(tmp2 - 1)/(t_exp*tmp2*numpy.maximum(1,
+            #     shard_p_os_exp_partial/t_exp)) + inv1*(tmp8 - 1)/(t*tmp8*numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t)) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
             #     tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1,
             #     etp))/(ep*t_exp*tmp5*numpy.maximum(1,
             #     shard_p_os_exp/t_exp)))*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
+            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)
             numpy.subtract(r1, 1.0, out=out)
-            numpy.add(r3, h, out=r8)
-            numpy.multiply(r8, mlp_bias, out=r8)
-            numpy.add(r8, r2, out=r8)
-            numpy.multiply(r8, n_shared_exp, out=r8)
-            numpy.copyto(r9, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r10)
-            numpy.copyto(r9, r10, where=m0)
-            numpy.add(r8, r9, out=r8)
-            numpy.multiply(out, r8, out=out)
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r8)
-            numpy.maximum(r8, 1.0, out=r8)
-            numpy.multiply(r8, r1, out=r8)
-            numpy.multiply(r8, t_exp, out=r8)
-            numpy.divide(out, r8, out=out)
-            numpy.subtract(r5, 1.0, out=r8)
-            numpy.multiply(r0, n_exp, out=r9)
-            numpy.multiply(r6, dh, out=r10)
-            numpy.add(r7, dhr, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(dc_kv, dhr, out=r11)
-            numpy.multiply(r11, h, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r7, dh, out=r11)
-            numpy.multiply(r11, dc_kv, out=r11)
-            numpy.multiply(r11, n_kv, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, dc_kv, out=r10)
-            numpy.multiply(r10, n_attMM, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.divide(h, a, out=r10)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(r10, dh, where=m0)
-            numpy.multiply(r10, n_qknorm, out=r10)
-            numpy.multiply(r10, 8.0, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(1.0, norm_bias, out=r10)
-            numpy.multiply(r10, r0, out=r10)
-            numpy.multiply(r10, layer_norms, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.multiply(r8, r9, out=r8)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r9)
-            numpy.maximum(r9, 1.0, out=r9)
-            numpy.multiply(r9, r5, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.divide(r8, r9, out=r8)
-            numpy.multiply(r8, 0.25, out=r8)
-            numpy.add(out, r8, out=out)
-            numpy.subtract(r4, 1.0, out=r8)
-            numpy.maximum(1.0, etp, out=r9)
-            numpy.divide(r2, r9, out=r9)
-            numpy.maximum(1.0, etp, out=r10)
-            numpy.divide(r3, r10, out=r10)
-            numpy.add(r10, h, out=r10)
-            numpy.multiply(r10, mlp_bias, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.multiply(r8, r9, out=r8)
-            numpy.multiply(r8, n_exp, out=r8)
-            numpy.divide(shard_p_os_exp, t_exp, out=r9)
-            numpy.maximum(r9, 1.0, out=r9)
-            numpy.multiply(r9, r4, out=r9)
-            numpy.multiply(r9, ep, out=r9)
-            numpy.multiply(r9, t_exp, out=r9)
-            numpy.divide(r8, r9, out=r8)
-            numpy.add(out, r8, out=out)
-            numpy.copyto(r8, 1.0)
-            numpy.subtract(1.0, shard_spans_cp, out=r9)
-            numpy.multiply(r9, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            numpy.multiply(out, r8, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.multiply(out, 2.0, out=out)
+            numpy.multiply(out, inv0, out=out)
+            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+            numpy.maximum(r0, 1.0, out=r0)
+            numpy.multiply(r0, r1, out=r0)
+            numpy.multiply(r0, t_exp, out=r0)
+            numpy.divide(out, r0, out=out)
+            numpy.subtract(r3, 1.0, out=r0)
+            numpy.multiply(r0, inv1, out=r0)
+            numpy.divide(shard_p_os_non_exp_partial, t, out=r4)
+            numpy.maximum(r4, 1.0, out=r4)
+            numpy.multiply(r4, r3, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.subtract(r2, 1.0, out=r0)
+            numpy.maximum(1.0, etp, out=r4)
+            numpy.divide(tmp3, r4, out=r4)
+            numpy.maximum(1.0, etp, out=r5)
+            numpy.divide(tmp4, r5, out=r5)
+            numpy.add(r5, h, out=r5)
+            numpy.multiply(r5, mlp_bias, out=r5)
+            numpy.add(r4, r5, out=r4)
+            numpy.multiply(r0, r4, out=r0)
+            numpy.multiply(r0, n_exp, out=r0)
+            numpy.divide(shard_p_os_exp, t_exp, out=r4)
+            numpy.maximum(r4, 1.0, out=r4)
+            numpy.multiply(r4, r2, out=r4)
+            numpy.multiply(r4, ep, out=r4)
+            numpy.multiply(r4, t_exp, out=r4)
+            numpy.divide(r0, r4, out=r0)
+            numpy.add(out, r0, out=out)
+            numpy.copyto(r0, 1.0)
+            numpy.multiply(inv2, cp, out=r4)
+            numpy.add(r4, shard_spans_cp, out=r4)
+            numpy.multiply(r4, t, out=r4)
+            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+            numpy.divide(1.0, m, out=r4)
+            numpy.copyto(r0, r4, where=m0)
+            numpy.multiply(out, r0, out=out)
+            numpy.multiply(out, inv3, out=out)
     return call.out

@@ -52,30 +52,32 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, comm_t, cp, h, hff, mb, n_gather, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, cp, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, mb, n_gather, s))
         out = 0.25*(b*comm_t*mb*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, mb, n_gather, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, hff, n_gather, s) = _runtime.reals("tp_dense_layer_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(h + hff))
     call = _runtime.Call(
         "tp_dense_layer_elements",
-        ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
-        (b, comm_t, cp, h, hff, mb, n_gather, s),
+        ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s", "inv0"),
+        (b, comm_t, cp, h, hff, mb, n_gather, s, inv0),
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, h, hff, mb, n_gather, s in call.blocks():
-        # out = 0.25*(b*comm_t*mb*n_gather*s*(h + hff)/cp)
-        numpy.add(hff, h, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, n_gather, out=out)
+    for out, b, comm_t, cp, h, hff, mb, n_gather, s, inv0 in call.blocks():
+        # out = b*comm_t*inv0*mb/cp
+        numpy.multiply(inv0, comm_t, out=out)
         numpy.multiply(out, mb, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -106,31 +108,32 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
+    # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, comm_t, cp, gather, h, hff, mb, n_gather, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, comm_t, cp, gather, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
         out = 0.25*(b*comm_t*gather*mb*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (gather, h, hff, n_gather, s) = _runtime.reals("tp_dense_selective_layer_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
+        inv0 = 0.25*(gather*n_gather*s*(h + hff))
     call = _runtime.Call(
         "tp_dense_selective_layer_elements",
-        ("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s"),
-        (b, comm_t, cp, gather, h, hff, mb, n_gather, s),
+        ("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s", "inv0"),
+        (b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0),
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, gather, h, hff, mb, n_gather, s in call.blocks():
-        # out = 0.25*(b*comm_t*gather*mb*n_gather*s*(h + hff)/cp)
-        numpy.add(hff, h, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, gather, out=out)
-        numpy.multiply(out, n_gather, out=out)
+    for out, b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0 in call.blocks():
+        # out = b*comm_t*inv0*mb/cp
+        numpy.multiply(inv0, comm_t, out=out)
         numpy.multiply(out, mb, out=out)
         numpy.multiply(out, b, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -164,35 +167,43 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-        out = 0.25*(bytes_compute*comm_t*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
+        tmp0 = 0.25*(bytes_compute*n_gather)
+        out = comm_t*((h*h)*n_attMM*tmp0 + h*n_ffMM*tmp0*(hff_exp*n_shared_exp + hff_exp*n_exp/ep))/cp
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 0.25*(bytes_compute*n_gather)
+        inv0 = hff_exp*n_exp
+        inv1 = hff_exp*n_shared_exp
+        inv2 = h*n_ffMM*tmp0
+        inv3 = (h*h)*n_attMM*tmp0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.reals("tp_moe_layer_bytes", ("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"), (bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+        tmp0 = 0.25*(bytes_compute*n_gather)
+        inv0 = hff_exp*n_exp
+        inv1 = hff_exp*n_shared_exp
+        inv2 = h*n_ffMM*tmp0
+        inv3 = (h*h)*n_attMM*tmp0
     call = _runtime.Call(
         "tp_moe_layer_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp),
-        reals=1,
+        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
+        reals=0,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp +
-        #     n_exp/ep))/cp)
-        numpy.multiply(n_attMM, h, out=out)
-        numpy.divide(n_exp, ep, out=r0)
-        numpy.add(r0, n_shared_exp, out=r0)
-        numpy.multiply(r0, hff_exp, out=r0)
-        numpy.multiply(r0, n_ffMM, out=r0)
-        numpy.add(out, r0, out=out)
+    for out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3 in call.blocks():
+        # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
+        numpy.divide(inv0, ep, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(out, inv2, out=out)
+        numpy.add(out, inv3, out=out)
         numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -227,36 +238,39 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
         out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 0.25*(bytes_compute*gather*h*n_gather)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather) = _runtime.reals("tp_moe_selective_layer_bytes", ("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"), (bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather))
+        inv0 = hff_exp*n_ffMM
+        inv1 = h*n_attMM
+        inv2 = 0.25*(bytes_compute*gather*h*n_gather)
     call = _runtime.Call(
         "tp_moe_selective_layer_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp),
-        reals=1,
+        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
+        reals=0,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp in call.blocks():
-        # out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*(h*n_attMM +
-        #     hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
-        numpy.multiply(n_attMM, h, out=out)
-        numpy.divide(n_exp, ep, out=r0)
-        numpy.add(r0, n_shared_exp, out=r0)
-        numpy.multiply(r0, hff_exp, out=r0)
-        numpy.multiply(r0, n_ffMM, out=r0)
-        numpy.add(out, r0, out=out)
+    for out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2 in call.blocks():
+        # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
+        numpy.divide(n_exp, ep, out=out)
+        numpy.add(out, n_shared_exp, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.add(out, inv1, out=out)
+        numpy.multiply(out, inv2, out=out)
         numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, gather, out=out)
-        numpy.multiply(out, n_gather, out=out)
-        numpy.multiply(out, bytes_compute, out=out)
-        numpy.multiply(out, h, out=out)
         numpy.divide(out, cp, out=out)
-        numpy.multiply(out, 0.25, out=out)
     return call.out
 
 
@@ -282,31 +296,36 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
+    # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, h, s, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, h, s, t) = _runtime.floats(xp, (b, bytes_compute, h, s, t))
         out = b*bytes_compute*h*s*xp.where(xp.greater_equal(t, 8), 0.6875, 1)
         return _runtime.broadcast(xp, out, (b, bytes_compute, h, s, t))
+    # Once per call: what depends on the model's and the run's fields alone.
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        try:  # Python floats, the usual case, cost least
+            inv0 = bytes_compute*h*s
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (bytes_compute, h, s) = _runtime.reals("tp_legacy_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+            inv0 = bytes_compute*h*s
     call = _runtime.Call(
         "tp_legacy_gather_bytes",
-        ("b", "bytes_compute", "h", "s", "t"),
-        (b, bytes_compute, h, s, t),
+        ("b", "bytes_compute", "h", "s", "t", "inv0"),
+        (b, bytes_compute, h, s, t, inv0),
         reals=0,
         masks=1,
     )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, m0, b, bytes_compute, h, s, t in call.blocks():
-            # out = b*bytes_compute*h*s*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
+        for out, m0, b, bytes_compute, h, s, t, inv0 in call.blocks():
+            # out = b*inv0*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
             numpy.copyto(out, 1.0)
             numpy.greater_equal(t, 8.0, out=m0)
             numpy.copyto(out, 0.6875, where=m0)
-            numpy.multiply(out, bytes_compute, out=out)
+            numpy.multiply(out, inv0, out=out)
             numpy.multiply(out, b, out=out)
-            numpy.multiply(out, h, out=out)
-            numpy.multiply(out, s, out=out)
     return call.out
 
 
@@ -332,26 +351,29 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
+    # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, d, ep, h, s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (b, bytes_compute, d, ep, h, s) = _runtime.floats(xp, (b, bytes_compute, d, ep, h, s))
         out = 1.5*(b*bytes_compute*ep*h*s/d)
         return _runtime.broadcast(xp, out, (b, bytes_compute, d, ep, h, s))
+    # Once per call: what depends on the model's and the run's fields alone.
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1.5*(bytes_compute*h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_legacy_exp_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 1.5*(bytes_compute*h*s)
     call = _runtime.Call(
         "tp_legacy_exp_gather_bytes",
-        ("b", "bytes_compute", "d", "ep", "h", "s"),
-        (b, bytes_compute, d, ep, h, s),
+        ("b", "bytes_compute", "d", "ep", "h", "s", "inv0"),
+        (b, bytes_compute, d, ep, h, s, inv0),
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, d, ep, h, s in call.blocks():
-        # out = 1.5*(b*bytes_compute*ep*h*s/d)
-        numpy.multiply(bytes_compute, b, out=out)
+    for out, b, bytes_compute, d, ep, h, s, inv0 in call.blocks():
+        # out = b*ep*inv0/d
+        numpy.multiply(inv0, b, out=out)
         numpy.multiply(out, ep, out=out)
-        numpy.multiply(out, h, out=out)
-        numpy.multiply(out, s, out=out)
         numpy.divide(out, d, out=out)
-        numpy.multiply(out, 1.5, out=out)
     return call.out

@@ -32,7 +32,7 @@ from typing import Mapping
 if TYPE_CHECKING:  # pragma: no cover
     import sympy
 
-__all__ = ["SymbolSpec", "SPECS", "symbol", "spec", "syms"]
+__all__ = ["SymbolSpec", "SPECS", "PER_LAYOUT", "symbol", "spec", "syms"]
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,23 @@ def _specs() -> Mapping[str, SymbolSpec]:
 
 #: Every symbol's declaration, by name. Plain data: the SymPy-free run time checks inputs against it.
 SPECS = _specs()
+
+#: The symbols whose value changes from one layout of a model to the next: the degrees and micro-batch
+#: shape, what a layout derives from them (switches, levels, shard sizes, score factors) and the layer
+#: counts of a stage. Every other symbol is a field of the model or of the run, one value for all the
+#: layouts a searcher prices together, so the code generator computes what depends on those alone
+#: once per call (``codegen.lowering.hoist``). A matter of speed only: the values are the same.
+PER_LAYOUT: frozenset[str] = frozenset({
+    "b", "m", "mb", "t", "cp", "ep", "d", "p", "vp", "etp", "t_exp", "d_exp", "sp", "os_max_shard",
+    "comm_d_non_exp", "comm_d_exp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
+    "shard_p_os_non_exp_partial", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_embed", "gather_embed",
+    "comm_t", "comm_ep", "comm_cp", "max_rank_tokens", "score_factor_dp", "score_factor_tp", "score_factor_cp",
+    "level_assign_0", "level_assign_1", "level_assign_2", "n_embedding", "n_output", "n_body", "n_extra",
+    "n_extra_sel", "n_full_rec", "n_sel_rec", "part_size", "part_computed", "part_sharded", "part_held",
+    "gathers", "reduces", "comm_volume", "overlap", "P_ne", "P_r", "P_s",
+})
+if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators
+    raise ValueError(f"PER_LAYOUT names undeclared symbols: {sorted(PER_LAYOUT - set(SPECS))}")
 
 
 @functools.cache

@@ -29,10 +29,10 @@ from codegen.configs.layouts import (
     derive_fields,
     parse_layout,
     parse_recompute,
-    stage_layer_counts,
     validate,
 )
 from codegen.configs.models import ModelConfig, ModelConfigError, load_model, model_names
+from codegen.pricing.stages import stage_counts
 from conftest import CASES, ROOT
 from symbolic.vocabulary import BODY_KINDS, LayerType
 
@@ -208,28 +208,30 @@ def test_expert_degrees_and_shards_of_the_fsdp_part_cases(case):
 # --------------------------------------------------------------------------- stage counts
 
 
-def test_stage_layer_counts_split_body_layers_from_mtp():
+def test_stage_counts_split_body_layers_from_mtp():
     model = load_model("deepseek-v3")
     stages = build_stages(model, model.layout)
-    counts = stage_layer_counts(stages, model.n_lay)
-    assert [c.embedding for c in counts] == [1] + [0] * 15
-    assert [c.output for c in counts] == [0] * 15 + [1]
-    assert sum(sum(c.body.values()) for c in counts) == model.n_lay
-    # The one MTP layer is the last body layer in model order: the last stage's last.
-    assert [c.beyond[FULL_REC_LAYER] for c in counts] == [0] * 15 + [1]
-    assert [sum(c.body.values()) + sum(c.beyond.values()) for c in counts] == [4] * 14 + [3, 3]
+    counts = {name: c.tolist() for name, c in stage_counts(stages, model.n_lay).items()}
+    assert counts["n_embedding"] == [1] + [0] * 15
+    assert counts["n_output"] == [0] * 15 + [1]
+    assert sum(counts["n_body"]) == model.n_lay
+    # The one MTP layer is the last body layer in model order: the last stage's last (fully recomputed).
+    assert counts["n_extra"] == [0] * 15 + [1] and counts["n_extra_sel"] == [0] * 16
+    body = [b + x + xs for b, x, xs in zip(counts["n_body"], counts["n_extra"], counts["n_extra_sel"])]
+    assert body == [4] * 14 + [3, 3]
 
 
-def test_stage_layer_counts_number_layers_chunk_major():
+def test_stage_counts_number_layers_chunk_major():
     """With two chunks, model order runs through every stage's chunk 0 before any chunk 1."""
     stages = [[[EMBEDDING_LAYER] + [SEL_REC_LAYER] * 20, [SEL_REC_LAYER] * 20],
               [[SEL_REC_LAYER] * 20, [SEL_REC_LAYER] * 20 + [OUTPUT_LAYER]]]
     # 50 layers with an entry: stage 0 chunk 0 (20), stage 1 chunk 0 (20), then 10 of stage 0 chunk 1.
-    counts = stage_layer_counts(stages, 50)
-    assert [c.body[SEL_REC_LAYER] for c in counts] == [30, 20]
-    assert [c.beyond[SEL_REC_LAYER] for c in counts] == [10, 20]
-    with pytest.raises(LayoutError, match="unknown layer type 'LAYER'"):
-        stage_layer_counts([[["LAYER"]]], 1)
+    counts = stage_counts(stages, 50)
+    assert counts["n_body"].tolist() == [30, 20]
+    assert counts["n_extra_sel"].tolist() == [10, 20]
+    assert counts["n_sel_rec"].tolist() == [40, 40]
+    with pytest.raises(ValueError, match="unknown layer type 'LAYER'"):
+        stage_counts([[["LAYER"]]], 1)
 
 
 def test_full_rec_list_recomputes_the_first_layers_of_each_stage():

@@ -28,14 +28,13 @@ functions run it on a batch of one.
 
 Public API::
 
-    Layout, RecomputePlan, LayoutError, StageLayerCounts, LayoutBatch
+    Layout, RecomputePlan, LayoutError, LayoutBatch
     parse_layout(text, defaults=None, *, fsdp=None, recompute=None) -> Layout
     parse_recompute(text) -> RecomputePlan
     validate(model, layout, devices=None) -> None
     chunk_layer_counts(model, layout) -> list[list[int]]
     derive_fields(model, layout, *, network=None) -> dict[str, Any]
     build_stages(model, layout) -> list[list[list[str]]]
-    stage_layer_counts(stages, n_lay) -> list[StageLayerCounts]
     LayoutBatch.from_arrays(defaults=None, *, d=…, t=…, …, fsdp=None, recompute=None, …) -> LayoutBatch
     LayoutBatch.from_layouts(layouts) -> LayoutBatch;  batch.layout(i) -> Layout;  batch.subset(mask) -> LayoutBatch
     validate_batch(model, batch, devices=None) -> np.ndarray[bool]
@@ -55,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from symbolic.vocabulary import BODY_KINDS, CP_ALGORITHMS, LAYER_KINDS, STAGE_COUNT_NAMES, LayerType, resolve_algorithm
+from symbolic.vocabulary import STAGE_COUNT_NAMES, LayerType, resolve_algorithm
 
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
@@ -63,9 +62,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .models import ModelConfig
 
 __all__ = [
-    "BODY_KINDS",
-    "CP_ALGORITHMS",
-    "LAYER_KINDS",
     "LAYOUT_CONSTRAINTS",
     "LAYOUT_FIELD_NAMES",
     "Layout",
@@ -73,10 +69,9 @@ __all__ = [
     "LayoutError",
     "ORIGINAL_CP_NETWORK",
     "RecomputePlan",
-    "STAGE_COUNT_NAMES",
-    "StageLayerCounts",
     "WHOLE_DP_GROUP",
     "build_stages",
+    "check_batch",
     "chunk_layer_counts",
     "derive_fields",
     "derive_fields_batch",
@@ -85,7 +80,6 @@ __all__ = [
     "parse_layout",
     "parse_recompute",
     "pipeline_stage_counts",
-    "stage_layer_counts",
     "validate",
     "validate_batch",
     "violation_message",
@@ -569,6 +563,10 @@ class LayoutBatch:
 
     def __len__(self) -> int:
         return len(self.d)
+
+    def settings(self) -> tuple[Any, ...]:
+        """The run settings every layout of the batch shares (hashable): a key for what they decide."""
+        return tuple(getattr(self, name) for name in _SHARED_KEYS) + (self.offset_pipeline, self.recompute_pipeline)
 
     @property
     def devices(self) -> np.ndarray:
@@ -1137,7 +1135,7 @@ def _rule_table(model: ModelConfig, batch: LayoutBatch, devices: int | None, key
                 varying: tuple[str, ...], tops: list[int],
                 members: Sequence[tuple[int, tuple[str, ...], Callable[..., Any]]]) -> np.ndarray:
     """The first constraint of *members* broken at each combination of the *varying* keys' values (cached)."""
-    settings = tuple(getattr(batch, name) for name in _SHARED_KEYS) + (batch.offset_pipeline, batch.recompute_pipeline)
+    settings = batch.settings()
     shared = tuple((key, int(value)) for key, value in keys.items() if np.ndim(value) == 0)
     cache_key = (model, settings, devices, shared, varying, tuple(tops))
     table = _RULE_TABLES.get(cache_key)
@@ -1365,15 +1363,25 @@ def derive_fields_batch(model: ModelConfig, batch: LayoutBatch, *, network: Syst
         ValueError: for a name in *names* that is no field.
     """
     if not validated:
-        codes = layout_violations(model, batch)
-        if len(codes) and codes.max() >= 0:  # one reduction over valid batches, the usual case
-            invalid = np.flatnonzero(codes >= 0)
-            index = int(invalid[0])
-            layout = batch.layout(index)
-            message = _violation_message(model, layout, None, LAYOUT_CONSTRAINTS[codes[index]])
-            raise LayoutError(f"layout {index} of the batch ({layout}): {message}; {invalid.size} of {len(batch)} "
-                              f"layouts are invalid (validate_batch gives the mask)")
+        check_batch(model, batch)
     return _all_fields(model, batch, network, names, compact=compact)
+
+
+def check_batch(model: ModelConfig, batch: LayoutBatch) -> None:
+    """Check every layout of *batch* once, deriving nothing.
+
+    Raises:
+        LayoutError: naming the first invalid layout, its index, the constraint and how many are
+            invalid (filter with :func:`validate_batch`).
+    """
+    codes = layout_violations(model, batch)
+    if len(codes) and codes.max() >= 0:  # one reduction over valid batches, the usual case
+        invalid = np.flatnonzero(codes >= 0)
+        index = int(invalid[0])
+        layout = batch.layout(index)
+        message = _violation_message(model, layout, None, LAYOUT_CONSTRAINTS[codes[index]])
+        raise LayoutError(f"layout {index} of the batch ({layout}): {message}; {invalid.size} of {len(batch)} "
+                          f"layouts are invalid (validate_batch gives the mask)")
 
 
 # --------------------------------------------------------------------------- stages
@@ -1472,71 +1480,3 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
         "n_sel_rec": sel_rec,
     }
     return {name: counts[name].astype(np.float64) for name in STAGE_COUNT_NAMES}
-
-
-@dataclass(frozen=True)
-class StageLayerCounts:
-    """One stage's layers by type, split as the stage walk prices them (docs/model.md, "From a layer to a stage").
-
-    Attributes:
-        embedding: embedding layers on the stage (0 or 1).
-        output: output layers on the stage (0 or 1).
-        body: layers with a kind entry (the first ``n_lay`` body layers in model order),
-            by layer type (every key of :data:`BODY_KINDS` present): the walk prices them at
-            NOT_REC with a DP term, and the recompute sum adds their FULL / SEL traffic again.
-        beyond: body layers past ``n_lay`` (the MTP layers), by layer type: priced at their own
-            type, with no DP term.
-    """
-
-    embedding: int
-    output: int
-    body: Mapping[str, int]
-    beyond: Mapping[str, int]
-
-
-def _model_order(stages: Sequence[Sequence[Sequence[str]]]) -> list[tuple[int, int, int]]:
-    """Positions (stage, chunk, index) of the body layers in model order: chunk-major, then stage."""
-    order = []
-    chunks = max((len(stage) for stage in stages), default=0)
-    for c in range(chunks):
-        for s, stage in enumerate(stages):
-            if c < len(stage):
-                order.extend((s, c, i) for i, kind in enumerate(stage[c]) if kind in BODY_KINDS)
-    return order
-
-
-def stage_layer_counts(stages: Sequence[Sequence[Sequence[str]]], n_lay: int) -> list[StageLayerCounts]:
-    """Per stage, how many layers of each type it holds, body layers with and without a kind entry apart.
-
-    Body layers are numbered in model order (chunk 0 of every stage, then chunk 1, …); the
-    first *n_lay* get a kind entry (docs/model.md, "From a layer to a stage"), the rest (MTP) do not.
-
-    Raises:
-        LayoutError: for a layer type outside :data:`LAYER_KINDS` or a negative *n_lay*.
-    """
-    if isinstance(n_lay, bool) or not isinstance(n_lay, int) or n_lay < 0:
-        raise LayoutError(f"n_lay: must be a whole number >= 0, got {n_lay!r}")
-    for s, stage in enumerate(stages):
-        for c, chunk in enumerate(stage):
-            for i, kind in enumerate(chunk):
-                if kind not in LAYER_KINDS:
-                    raise LayoutError(f"stages[{s}][{c}][{i}]: unknown layer type {kind!r}; "
-                                      f"known: {', '.join(LAYER_KINDS)}")
-    with_entry = set(_model_order(stages)[:n_lay])
-    result = []
-    for s, stage in enumerate(stages):
-        body = dict.fromkeys(BODY_KINDS, 0)
-        beyond = dict.fromkeys(BODY_KINDS, 0)
-        embedding = output = 0
-        for c, chunk in enumerate(stage):
-            for i, kind in enumerate(chunk):
-                if kind == LayerType.EMBEDDING_LAYER.value:
-                    embedding += 1
-                elif kind == LayerType.OUTPUT_LAYER.value:
-                    output += 1
-                elif (s, c, i) in with_entry:
-                    body[kind] += 1
-                else:
-                    beyond[kind] += 1
-        result.append(StageLayerCounts(embedding, output, body, beyond))
-    return result

@@ -16,6 +16,8 @@ Public API::
 
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from dataclasses import dataclass, fields
@@ -124,13 +126,14 @@ class ModelConfig:
         return self.dc_kv > 0
 
     def fields(self) -> dict[str, float]:
-        """The architecture as the original's config fields, numbers as floats and switches as 0/1."""
-        out: dict[str, float] = {}
-        for f in fields(self):
-            if f.name in ("name", "source", "layout", "first_k_dense"):
-                continue
-            out[f.name] = float(getattr(self, f.name))
-        return out
+        """The architecture as the original's config fields, numbers as floats and switches as 0/1 (a new dict)."""
+        return dict(self._fields)
+
+    @functools.cached_property
+    def _fields(self) -> dict[str, float]:
+        # Read on every pricing call: built once (the config is frozen).
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)
+                if f.name not in ("name", "source", "layout", "first_k_dense")}
 
 
 def model_names() -> tuple[str, ...]:

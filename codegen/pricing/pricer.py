@@ -36,7 +36,7 @@ import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import LayoutBatch, LayoutError, derive_fields_batch, pipeline_stage_counts
+from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from .levels import SCORE_FACTORS, score_factors
 from .stages import TTYPES, Fields, Terms, bind, evaluate_terms, stage_outputs, terms_of, variant_of
@@ -277,6 +277,7 @@ class StagePricer:
         self._counts_used: dict[Any, tuple[str, ...]] = {}
         self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
         self._fields: dict[Any, tuple[str, ...]] = {}
+        self._variants: dict[Any, Mapping[str, str]] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
                  **arrays: Any) -> StagePrices:
@@ -303,7 +304,7 @@ class StagePricer:
             empty = {name: np.empty((0, 0)) for name in (*STAGE_DIMENSIONS, "total")} if per_stage else None
             return StagePrices(bottleneck=np.empty(0), sum=np.empty(0), stages=empty)
         if not validated:
-            derive_fields_batch(self.model, batch, names=())  # checks every layout; derives nothing
+            check_batch(self.model, batch)
         terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
         scratch = (np.empty(min(n, _BLOCK)), np.empty(min(n, _BLOCK)))
@@ -347,9 +348,14 @@ class StagePricer:
         return out
 
     def _terms(self, batch: LayoutBatch, degrees: Sequence[str] = ()) -> Terms:
-        """The variant's terms: the fields that pick it are the model's and the run's, so one layout tells."""
-        probe = derive_fields_batch(self.model, batch.subset(slice(0, 1)), validated=True, compact=True)
-        return terms_of(variant_of(Fields(probe)), degrees)
+        """The variant's terms: the fields that pick it are the model's and the run's (the batch's shared
+        settings), so one layout tells, once per set of settings."""
+        key = batch.settings()
+        variant = self._variants.get(key)
+        if variant is None:
+            probe = derive_fields_batch(self.model, batch.subset(slice(0, 1)), validated=True, compact=True)
+            variant = self._variants[key] = variant_of(Fields(probe))
+        return terms_of(variant, degrees)
 
     def _plan(self, terms: Terms, block: LayoutBatch, pipelines: _Pipelines) -> tuple[_Sums, _StageTables]:
         """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""

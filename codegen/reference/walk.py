@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["BODY_KINDS", "walk"]
+from symbolic.vocabulary import LayerType
 
-EMBEDDING, OUTPUT = "EMBEDDING_LAYER", "OUTPUT_LAYER"
-NOT_REC, FULL_REC, SEL_REC = "NOT_REC_LAYER", "FULL_REC_LAYER", "SEL_REC_LAYER"
-BODY_KINDS = (NOT_REC, FULL_REC, SEL_REC)
+__all__ = ["walk"]
+
+EMBEDDING, OUTPUT, NOT_REC, FULL_REC, SEL_REC = (kind.value for kind in LayerType)
 DIMS = ("DP", "MP", "EP", "CP")
 
 
 def _model_order(stages: Sequence[Sequence[Sequence[str]]]) -> list[tuple[int, int, int]]:
-    """Positions of the body layers in model order: chunk-major, then stage (docs/model.md, "From a layer to a stage")."""
+    """Positions of the body layers in model order: chunk-major, then stage (docs/model.md, "From a layer to a
+    stage"). Written out here on purpose: the walk is the independent reference of the closed forms."""
     order = []
     chunks = max(len(stage) for stage in stages)
     for c in range(chunks):
@@ -108,7 +109,7 @@ def walk(inputs: Mapping[str, Any]) -> dict[str, Any]:
         returned = again if with_recomp and not both else plain
         shares.append(reduced / returned["DP"] if returned["DP"] else 0.0)
         for acc, lists in ((plain, plain_lists), (again, again_lists)):
-            _convert(acc, cfg, device.name, dpn0)
+            _convert(acc, cfg, device, dpn0)
             for d in DIMS:
                 lists[d].append(acc[d])
 
@@ -122,18 +123,18 @@ def walk(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {"totals": totals(returned_lists), "per_dim": returned_lists, "reduce_share": shares}
 
 
-def _convert(acc: dict[str, float], cfg: Mapping[str, Any], device: str, dpn0: int) -> None:
+def _convert(acc: dict[str, float], cfg: Mapping[str, Any], device: Any, dpn0: int) -> None:
     """``_stage_comm_time``: TIME scores, per-node multipliers, overlap, A3 halving (lines 627-663)."""
     from .adapters import ADAPTERS
 
     if cfg.get("ttype") == "TIME":
         for dim in ("DP", "MP", "CP"):
-            acc[dim] = ADAPTERS["estimate_comm_score"]({**cfg, "dim": dim, "comm_volume": acc[dim], "overlap": 0.0})
+            acc[dim] = ADAPTERS["estimate_comm_score"]({**cfg, "device": device.name, "dim": dim,
+                                                         "comm_volume": acc[dim], "overlap": 0.0})
     acc["MP"] *= max(1, int(cfg.get("t", 0)) // dpn0)
     acc["EP"] *= max(1, int(cfg.get("ep", 0)) // dpn0)
     acc["CP"] *= max(1, int(cfg.get("cp", 0)) // dpn0)
     acc["DP"] *= 1 - cfg.get("comm_dp_overlap", 0)
     acc["MP"] *= 1 - cfg.get("comm_tp_overlap", 0)
-    if device == "A3":
-        for dim in DIMS:
-            acc[dim] /= 2
+    for dim in DIMS:  # A3's halving (oddity 14), a field of its system file
+        acc[dim] *= device.original_stage_cost_scale
