@@ -14,10 +14,14 @@ __all__ = ["Formula", "UNITS", "DIMENSIONS"]
 #: Units a formula may state. "params" is a parameter count; "mixed" marks the
 #: original's sums of quantities in different units (FORMULAS.md §10 item 11).
 #: "derivative" is a formula's unit per unit of one symbol (symbolic.sensitivity).
-UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative"})
+#: "s" and "bytes/s" belong to the time model (symbolic.collective_time), in SI units.
+UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative",
+                   "s", "bytes/s"})
 
 #: Dimensions a formula belongs to.
-DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention"})
+#: "collective" holds the time model of one collective call, "placement" where a group's ranks sit.
+DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention",
+                        "collective", "placement"})
 
 
 @dataclass(frozen=True)
