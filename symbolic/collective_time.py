@@ -199,8 +199,9 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
         hop = Piecewise((_sym(f"hop_nvlink_ring_{p}_s"), nvlink_only), (_sym(f"hop_net_ring_{p}_s"), True))
         intra = _ring_bus(p, sympy.Integer(1), sympy.Integer(1))
         if op == "all_to_all":
-            inter = _ring_bus(p, sympy.Integer(2), _sym("nics_used")) if p != "simple" else \
-                _sym("nics_used") * _sym("nic_bw_bytes_per_s")
+            # The node's ranks_per_node ranks send off-node at once and share its NICs.
+            share = _sym("nics_used") / _Q
+            inter = _ring_bus(p, sympy.Integer(2), share) if p != "simple" else share * _sym("nic_bw_bytes_per_s")
             move = sympy.Max(_S * (_Q - 1) / _N / intra, _S * (_N - _Q) / _N / inter)
         else:
             inter = Min(intra, _sym("nic_bw_bytes_per_s"))
