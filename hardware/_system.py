@@ -101,12 +101,18 @@ class Level:
         _text("name", self.name)
         if self.devices is not None:
             _positive_int("devices", self.devices)
+        if self.nics_per_unit is not None:
+            _positive_int("nics_per_unit", self.nics_per_unit)
+        if not isinstance(self.nvls, bool):
+            raise HardwareSpecError(f"nvls: must be true or false, got {self.nvls!r}")
+        object.__setattr__(self, "bandwidth_bytes_per_s",
+                           _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
         if (self.marketed_bandwidth_bytes_per_s is None) != (self.marketed_direction is None):
             raise HardwareSpecError("marketed_bandwidth_bytes_per_s: give it together with marketed_direction")
         if self.marketed_bandwidth_bytes_per_s is not None:
             object.__setattr__(self, "marketed_bandwidth_bytes_per_s",
                                _positive_real("marketed_bandwidth_bytes_per_s", self.marketed_bandwidth_bytes_per_s))
-            if self.marketed_direction not in DIRECTIONS:
+            if not isinstance(self.marketed_direction, str) or self.marketed_direction not in DIRECTIONS:
                 raise HardwareSpecError(f"marketed_direction: one of {', '.join(DIRECTIONS)}, "
                                         f"got {self.marketed_direction!r}")
             # The stored peak is per direction: the marketed figure must be it, or twice it.
@@ -116,12 +122,6 @@ class Level:
                     f"bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} is not the per-direction share of the "
                     f"marketed {self.marketed_bandwidth_bytes_per_s!r} bytes/s ({self.marketed_direction}), "
                     f"which is {per_direction!r}")
-        if self.nics_per_unit is not None:
-            _positive_int("nics_per_unit", self.nics_per_unit)
-        if not isinstance(self.nvls, bool):
-            raise HardwareSpecError(f"nvls: must be true or false, got {self.nvls!r}")
-        object.__setattr__(self, "bandwidth_bytes_per_s",
-                           _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
         if self.latency_s is not None:
             object.__setattr__(self, "latency_s", _positive_real("latency_s", self.latency_s))
         if self.efficiency is not None:

@@ -107,8 +107,8 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
 def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
               nics: sympy.Expr) -> sympy.Expr:
     """Seconds of *op* on a ring with protocol *proto* (tuning.cc: ``lat + bytes / algbw``)."""
-    algbw = _ring_bus(proto, nodes, nics) * n / _nsteps(op, n)
-    return _ring_latency(op, proto, n, q, nodes) + size / algbw
+    # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
+    return _ring_latency(op, proto, n, q, nodes) + size * _nsteps(op, n) / (_ring_bus(proto, nodes, nics) * n)
 
 
 def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
@@ -135,13 +135,14 @@ def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> s
     ``bw = min(intraBw, s)``; ``busBw = n · bw``; all-reduce converts with ``n / nsteps``, all-gather
     and reduce-scatter keep ``busBw`` as algorithm bandwidth.
     """
-    speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / (n - 1))
+    # Max(n − 1, 1): equal for every group NVLS serves (n >= 2), and defined at n = 1.
+    speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(n - 1, 1))
     intra = speed * _sym("nvls_efficiency") * (n - 1) / n
     if op == "all_reduce":
-        algbw = n * Min(2 * intra, speed) * n / _nsteps(op, n)
+        move = size * _nsteps(op, n) / (n * n * Min(2 * intra, speed))
     else:
-        algbw = n * Min(intra * (n - 1) / n, speed)
-    time = _sym("hop_nvlink_nvls_s") + size / algbw
+        move = size / (n * Min(intra * (n - 1) / n, speed))
+    time = _sym("hop_nvlink_nvls_s") + move
     available = sympy.And(_sym("nvls") > 0, n > 1, nodes < 2)
     return Piecewise((time, available), (_MANY, True))
 
