@@ -70,6 +70,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("recompute", "Recompute"),
     ("score", "Level score"),
     ("model", "Model-level terms"),
+    ("collective", "Collective time (seconds, NCCL's model)"),
+    ("placement", "Placement of a parallel group"),
     ("stage", "Pipeline-stage terms (one layer's cost to its stage; their derivatives in each degree, "
               "`<name>__d_<x>`, are generated beside them for sensitivity and not listed)"),
 )

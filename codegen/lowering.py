@@ -47,6 +47,7 @@ from sympy.logic.boolalg import And, Boolean, BooleanFalse, BooleanTrue, Not, Or
 from sympy.printing.codeprinter import PrintMethodNotImplementedError
 
 from symbolic.formula import Formula
+from symbolic.simplify import too_large_to_rewrite
 from symbolic.symbols import SPECS
 
 from .printer import float_literal
@@ -524,8 +525,13 @@ def hoist(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr, 
             rest = [move(a) for a in e.args if not constant(a)]
             if len(fixed) > 1 or (fixed and not fixed[0].is_Atom):
                 return e.func(lift(e.func(*fixed)), *rest, evaluate=False)
+            if all(new is old for new, old in zip(rest, (a for a in e.args if not constant(a)))):
+                return e
             return e.func(*fixed, *rest, evaluate=False)
-        return e.func(*[move(a) for a in e.args])
+        args = [move(a) for a in e.args]
+        if all(new is old for new, old in zip(args, e.args)):
+            return e  # nothing moved below: no rebuild (rebuilding a Min compares its arguments pairwise)
+        return e.func(*args)
 
     if constant(result):  # nothing per layout: the whole form stays as it is
         return [], list(temps), result
@@ -681,7 +687,11 @@ def _cse_forms(expr: sympy.Expr) -> tuple[tuple[str, tuple[tuple[sympy.Symbol, s
     """``(rewrite name, temporaries, result)`` per candidate CSE form, backend-independent (cached)."""
     forms: list[tuple[str, sympy.Expr]] = [("registered", expr)]
     current = expr
-    for name, fn in REWRITES:
+    # The rewrites rebuild every node, and rebuilding a Min or Max compares its arguments pairwise; on a
+    # minimum over a dozen collective algorithms that costs seconds per formula and rarely pays, so such
+    # a form is kept as registered.
+    rewrites = () if too_large_to_rewrite(expr) else REWRITES
+    for name, fn in rewrites:
         try:
             current = fn(current)
         except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):

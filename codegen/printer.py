@@ -23,7 +23,7 @@ kept as small as the rule it states:
   whose rational coefficient p/q keeps q as a divisor unless q is a power of
   two (``numpy.floor(s/49)``, not ``numpy.floor(0.02040816326530612*s)``,
   which is one below 1 at s = 49), relations →
-  ``numpy.less_equal`` …, and ``And``/``Or``/``Not`` → ``numpy.logical_*``,
+  ``numpy.less_equal`` …, and ``And``/``Or``/``Not`` → ``numpy.logical_*`` (nested pairs, which broadcast),
   so that conditions work on arrays as well as on scalars.
 
 Anything else is SymPy's: with ``strict`` on (its default), an expression
@@ -98,6 +98,14 @@ class CostPrinter(NumPyPrinter):
 
     def _print_Max(self, expr: sympy.Max) -> str:
         return self._nested("maximum", expr.args)
+
+    # Nested pairs, not SymPy's ``logical_and.reduce((a, b))``: that stacks its operands into one array
+    # and fails when they have different shapes (a number beside an array), where a pair broadcasts.
+    def _print_And(self, expr: sympy.And) -> str:
+        return self._nested("logical_and", expr.args)
+
+    def _print_Or(self, expr: sympy.Or) -> str:
+        return self._nested("logical_or", expr.args)
 
     def _print_Min(self, expr: sympy.Min) -> str:
         return self._nested("minimum", expr.args)
@@ -244,20 +252,6 @@ class ArrayApiPrinter(_ExactQuotients):
 
     def _module_format(self, fqn: str, register: bool = True) -> str:
         return fqn  # xp is bound by the caller: nothing to import
-
-    def _logical(self, name: str, args: tuple[sympy.Basic, ...]) -> str:
-        # The standard's logical_and/logical_or take two operands (no .reduce): nest them.
-        printed = [self._print(a) for a in args]
-        out = printed[-1]
-        for arg in reversed(printed[:-1]):
-            out = f"xp.{name}({arg}, {out})"
-        return out
-
-    def _print_And(self, expr: sympy.And) -> str:
-        return self._logical("logical_and", expr.args)
-
-    def _print_Or(self, expr: sympy.Or) -> str:
-        return self._logical("logical_or", expr.args)
 
     def _print_Mod(self, expr: sympy.Mod) -> str:
         return f"xp.remainder({self._print(expr.args[0])}, {self._print(expr.args[1])})"

@@ -109,7 +109,7 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         # out = part_size*tmp0*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1
         #     - 1))/tmp1
         numpy.subtract(r1, 1.0, out=out)
-        numpy.multiply(bytes_p, gathers, out=r3)
+        numpy.multiply(gathers, bytes_p, out=r3)
         numpy.add(r3, bytes_grad, out=r3)
         numpy.multiply(out, r3, out=out)
         numpy.subtract(r2, 1.0, out=r3)
@@ -594,7 +594,7 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
         numpy.maximum(r0, 1.0, out=r0)
         # tmp2 = bytes_grad + bytes_p*gathers -> r1
-        numpy.multiply(bytes_p, gathers, out=r1)
+        numpy.multiply(gathers, bytes_p, out=r1)
         numpy.add(r1, bytes_grad, out=r1)
         # tmp3 = P_ne/(t*tmp1) -> r2
         numpy.multiply(r0, t, out=r2)
@@ -844,7 +844,7 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         # out = inv1*tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
         #     1))/tmp2
         numpy.subtract(r2, 1.0, out=out)
-        numpy.multiply(bytes_p, gathers, out=r0)
+        numpy.multiply(gathers, bytes_p, out=r0)
         numpy.add(r0, bytes_grad, out=r0)
         numpy.multiply(out, r0, out=out)
         numpy.subtract(r3, 1.0, out=r0)
@@ -1009,7 +1009,7 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
             # out = tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
             #     1))*numpy.where(numpy.less_equal(p, 1), 0, inv1)/tmp2
             numpy.subtract(r2, 1.0, out=out)
-            numpy.multiply(bytes_p, gathers, out=r0)
+            numpy.multiply(gathers, bytes_p, out=r0)
             numpy.add(r0, bytes_grad, out=r0)
             numpy.multiply(out, r0, out=out)
             numpy.subtract(r3, 1.0, out=r0)
@@ -1175,7 +1175,7 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         # out = inv1*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 -
         #     1))/(t*tmp1)
         numpy.subtract(r0, 1.0, out=out)
-        numpy.multiply(bytes_p, gathers, out=r2)
+        numpy.multiply(gathers, bytes_p, out=r2)
         numpy.add(r2, bytes_grad, out=r2)
         numpy.multiply(out, r2, out=out)
         numpy.subtract(r1, 1.0, out=r2)

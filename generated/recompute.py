@@ -344,8 +344,8 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv0*(ep - 1)/(cp*ep))
+            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
+            #     0, b*comm_ep*inv0*(ep - 1)/(cp*ep))
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)
@@ -408,8 +408,8 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv0*max_rank_tokens*(ep - 1)/ep)
+            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
+            #     0, comm_ep*inv0*max_rank_tokens*(ep - 1)/ep)
             numpy.equal(comm_ep, 0.0, out=m0)
             numpy.less_equal(ep, 1.0, out=m1)
             numpy.logical_or(m0, m1, out=m0)

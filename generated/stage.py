@@ -473,8 +473,8 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
             #     numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -552,8 +552,8 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
             #     numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -949,10 +949,9 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
             numpy.divide(inv1, t, out=r1)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
             numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp12,tmp13)),
-            #     tmp11, numpy.where(tmp12, tmp17, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp19)), tmp11 + tmp11/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0)))
+            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp12, tmp13), tmp11,
+            #     numpy.where(tmp12, tmp17, 0)) + numpy.where(numpy.logical_and(tmp13, tmp19), tmp11
+            #     + tmp11/cp, numpy.where(tmp19, tmp17 + tmp17/cp, 0)))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m3)
@@ -1110,9 +1109,9 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
             numpy.divide(inv1, t, out=r1)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
             numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = numpy.where(numpy.logical_and.reduce((tmp12,tmp13)), tmp11, numpy.where(tmp12,
-            #     tmp17, 0)) + numpy.where(numpy.logical_and.reduce((tmp13,tmp19)), tmp11 +
-            #     tmp11/cp, numpy.where(tmp19, tmp17 + tmp17/cp, 0))
+            # out = numpy.where(numpy.logical_and(tmp12, tmp13), tmp11, numpy.where(tmp12, tmp17,
+            #     0)) + numpy.where(numpy.logical_and(tmp13, tmp19), tmp11 + tmp11/cp,
+            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m3)
@@ -6428,8 +6427,8 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*max_rank_tokens*(ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
             #     1)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -6503,8 +6502,8 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*max_rank_tokens*(ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
             #     1)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -8435,15 +8434,14 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
             numpy.equal(zero2_non_exp, 1.0, out=m5)
             # tmp31 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp12,tmp13)),
-            #     tmp11, numpy.where(tmp12, tmp17, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp30)), tmp11 + tmp11/cp,
-            #     numpy.where(tmp30, tmp17 + tmp17/cp, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp28, numpy.where(tmp18,
-            #     tmp29, 0))) + numpy.where(numpy.logical_and.reduce((tmp25,tmp31)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp31)), tmp24/numpy.maximum(ep,
-            #     t_exp) + tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))))
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp12, tmp13), tmp11,
+            #     numpy.where(tmp12, tmp17, 0)) + numpy.where(numpy.logical_and(tmp13, tmp30), tmp11
+            #     + tmp11/cp, numpy.where(tmp30, tmp17 + tmp17/cp, 0)) +
+            #     numpy.where(numpy.logical_and(tmp18, tmp25), 0,
+            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp28, numpy.where(tmp18, tmp29, 0)))
+            #     + numpy.where(numpy.logical_and(tmp25, tmp31), 0,
+            #     numpy.where(numpy.logical_and(tmp19, tmp31), tmp24/numpy.maximum(ep, t_exp) +
+            #     tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m7)
@@ -8696,14 +8694,13 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
             numpy.equal(zero2_non_exp, 1.0, out=m5)
             # tmp31 = numpy.equal(zero2_exp, 1) -> m6
             numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = numpy.where(numpy.logical_and.reduce((tmp12,tmp13)), tmp11, numpy.where(tmp12,
-            #     tmp17, 0)) + numpy.where(numpy.logical_and.reduce((tmp13,tmp30)), tmp11 +
-            #     tmp11/cp, numpy.where(tmp30, tmp17 + tmp17/cp, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp28, numpy.where(tmp18,
-            #     tmp29, 0))) + numpy.where(numpy.logical_and.reduce((tmp25,tmp31)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp31)), tmp24/numpy.maximum(ep,
-            #     t_exp) + tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0)))
+            # out = numpy.where(numpy.logical_and(tmp12, tmp13), tmp11, numpy.where(tmp12, tmp17,
+            #     0)) + numpy.where(numpy.logical_and(tmp13, tmp30), tmp11 + tmp11/cp,
+            #     numpy.where(tmp30, tmp17 + tmp17/cp, 0)) + numpy.where(numpy.logical_and(tmp18,
+            #     tmp25), 0, numpy.where(numpy.logical_and(tmp18, tmp19), tmp28, numpy.where(tmp18,
+            #     tmp29, 0))) + numpy.where(numpy.logical_and(tmp25, tmp31), 0,
+            #     numpy.where(numpy.logical_and(tmp19, tmp31), tmp24/numpy.maximum(ep, t_exp) +
+            #     tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0)))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r1, where=m0)
             numpy.logical_and(m0, m1, out=m7)
@@ -9583,13 +9580,14 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
             numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)),
-            #     tmp9, numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
-            #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp19)), tmp9 +
-            #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp19)), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), tmp16 + tmp16/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0)))))
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10,
+            #     numpy.logical_and(tmp11, tmp12)), tmp9, numpy.where(numpy.logical_and(tmp10,
+            #     tmp11), tmp14, numpy.where(numpy.logical_and(tmp10, tmp12), tmp16,
+            #     numpy.where(tmp10, tmp17, 0)))) + numpy.where(numpy.logical_and(tmp11,
+            #     numpy.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp,
+            #     numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
+            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
+            #     tmp17 + tmp17/cp, 0)))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r3, where=m0)
             numpy.logical_and(m0, m2, out=m4)
@@ -9783,13 +9781,13 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
             numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
-            #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp19)), tmp9 +
-            #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp19)), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), tmp16 + tmp16/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0))))
+            # out = numpy.where(numpy.logical_and(tmp10, numpy.logical_and(tmp11, tmp12)), tmp9,
+            #     numpy.where(numpy.logical_and(tmp10, tmp11), tmp14,
+            #     numpy.where(numpy.logical_and(tmp10, tmp12), tmp16, numpy.where(tmp10, tmp17,
+            #     0)))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12, tmp19)),
+            #     tmp9 + tmp9/cp, numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
+            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
+            #     tmp17 + tmp17/cp, 0))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r3, where=m0)
             numpy.logical_and(m0, m2, out=m4)
@@ -10458,18 +10456,17 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
             numpy.multiply(r6, 0.25, out=r6)
             # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp6*tmp9, numpy.where(tmp0,
-            #     tmp5*tmp9, 0))) + numpy.where(numpy.logical_and.reduce((tmp28,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp28)), tmp29*tmp6, numpy.where(tmp28,
-            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and.reduce((tmp21,tmp22,tmp23)),
-            #     inv2*tmp10, numpy.where(numpy.logical_and.reduce((tmp21,tmp22)), inv3*tmp10,
-            #     numpy.where(numpy.logical_and.reduce((tmp21,tmp23)), inv4*tmp10,
-            #     numpy.where(tmp21, inv5*tmp10, 0)))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp33)), inv6*tmp32,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp33)), inv7*tmp32,
-            #     numpy.where(numpy.logical_and.reduce((tmp23,tmp33)), inv8*tmp32,
-            #     numpy.where(tmp33, inv9*tmp32, 0)))))
+            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp6*tmp9, numpy.where(tmp0, tmp5*tmp9,
+            #     0))) + numpy.where(numpy.logical_and(tmp28, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp1, tmp28), tmp29*tmp6, numpy.where(tmp28,
+            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and(tmp21, numpy.logical_and(tmp22,
+            #     tmp23)), inv2*tmp10, numpy.where(numpy.logical_and(tmp21, tmp22), inv3*tmp10,
+            #     numpy.where(numpy.logical_and(tmp21, tmp23), inv4*tmp10, numpy.where(tmp21,
+            #     inv5*tmp10, 0)))) + numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23,
+            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp22, tmp33), inv7*tmp32,
+            #     numpy.where(numpy.logical_and(tmp23, tmp33), inv8*tmp32, numpy.where(tmp33,
+            #     inv9*tmp32, 0)))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r3, out=r2)
             numpy.copyto(out, r2, where=m0)
@@ -10778,18 +10775,17 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
             numpy.multiply(r6, 0.25, out=r6)
             # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp6*tmp9, numpy.where(tmp0,
-            #     tmp5*tmp9, 0))) + numpy.where(numpy.logical_and.reduce((tmp28,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp28)), tmp29*tmp6, numpy.where(tmp28,
-            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and.reduce((tmp21,tmp22,tmp23)),
-            #     inv2*tmp10, numpy.where(numpy.logical_and.reduce((tmp21,tmp22)), inv3*tmp10,
-            #     numpy.where(numpy.logical_and.reduce((tmp21,tmp23)), inv4*tmp10,
-            #     numpy.where(tmp21, inv5*tmp10, 0)))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp33)), inv6*tmp32,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp33)), inv7*tmp32,
-            #     numpy.where(numpy.logical_and.reduce((tmp23,tmp33)), inv8*tmp32,
-            #     numpy.where(tmp33, inv9*tmp32, 0))))
+            # out = numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp6*tmp9, numpy.where(tmp0, tmp5*tmp9,
+            #     0))) + numpy.where(numpy.logical_and(tmp28, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp1, tmp28), tmp29*tmp6, numpy.where(tmp28,
+            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and(tmp21, numpy.logical_and(tmp22,
+            #     tmp23)), inv2*tmp10, numpy.where(numpy.logical_and(tmp21, tmp22), inv3*tmp10,
+            #     numpy.where(numpy.logical_and(tmp21, tmp23), inv4*tmp10, numpy.where(tmp21,
+            #     inv5*tmp10, 0)))) + numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23,
+            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp22, tmp33), inv7*tmp32,
+            #     numpy.where(numpy.logical_and(tmp23, tmp33), inv8*tmp32, numpy.where(tmp33,
+            #     inv9*tmp32, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r3, out=r2)
             numpy.copyto(out, r2, where=m0)
@@ -11646,13 +11642,14 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
             numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)),
-            #     tmp9, numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
-            #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp19)), tmp9 +
-            #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp19)), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), tmp16 + tmp16/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0)))))
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10,
+            #     numpy.logical_and(tmp11, tmp12)), tmp9, numpy.where(numpy.logical_and(tmp10,
+            #     tmp11), tmp14, numpy.where(numpy.logical_and(tmp10, tmp12), tmp16,
+            #     numpy.where(tmp10, tmp17, 0)))) + numpy.where(numpy.logical_and(tmp11,
+            #     numpy.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp,
+            #     numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
+            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
+            #     tmp17 + tmp17/cp, 0)))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r3, where=m0)
             numpy.logical_and(m0, m2, out=m4)
@@ -11842,13 +11839,13 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
             numpy.divide(inv3, t, out=r3)
             # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp11)), tmp14,
-            #     numpy.where(numpy.logical_and.reduce((tmp10,tmp12)), tmp16, numpy.where(tmp10,
-            #     tmp17, 0)))) + numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp19)), tmp9 +
-            #     tmp9/cp, numpy.where(numpy.logical_and.reduce((tmp11,tmp19)), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), tmp16 + tmp16/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0))))
+            # out = numpy.where(numpy.logical_and(tmp10, numpy.logical_and(tmp11, tmp12)), tmp9,
+            #     numpy.where(numpy.logical_and(tmp10, tmp11), tmp14,
+            #     numpy.where(numpy.logical_and(tmp10, tmp12), tmp16, numpy.where(tmp10, tmp17,
+            #     0)))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12, tmp19)),
+            #     tmp9 + tmp9/cp, numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
+            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
+            #     tmp17 + tmp17/cp, 0))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r3, where=m0)
             numpy.logical_and(m0, m2, out=m4)
@@ -12518,19 +12515,17 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
             numpy.multiply(r6, 0.25, out=r6)
             # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp24*tmp27,
-            #     numpy.where(tmp18, tmp23*tmp27, 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp25,tmp28)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp28)), tmp24*tmp29,
-            #     numpy.where(tmp28, tmp23*tmp29, 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)), inv2*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv3*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv4*tmp0, numpy.where(tmp11,
-            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp33)),
-            #     inv6*tmp32, numpy.where(numpy.logical_and.reduce((tmp12,tmp33)), inv7*tmp32,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp33)), inv8*tmp32,
-            #     numpy.where(tmp33, inv9*tmp32, 0)))))
+            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and(tmp18, tmp25), 0,
+            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp24*tmp27, numpy.where(tmp18,
+            #     tmp23*tmp27, 0))) + numpy.where(numpy.logical_and(tmp25, tmp28), 0,
+            #     numpy.where(numpy.logical_and(tmp19, tmp28), tmp24*tmp29, numpy.where(tmp28,
+            #     tmp23*tmp29, 0))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12,
+            #     tmp13)), inv2*tmp0, numpy.where(numpy.logical_and(tmp11, tmp12), inv3*tmp0,
+            #     numpy.where(numpy.logical_and(tmp11, tmp13), inv4*tmp0, numpy.where(tmp11,
+            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12, numpy.logical_and(tmp13,
+            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp12, tmp33), inv7*tmp32,
+            #     numpy.where(numpy.logical_and(tmp13, tmp33), inv8*tmp32, numpy.where(tmp33,
+            #     inv9*tmp32, 0)))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r2, r4, out=r3)
             numpy.copyto(out, r3, where=m3)
@@ -12835,19 +12830,17 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
             numpy.multiply(r6, 0.25, out=r6)
             # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
             numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = numpy.where(numpy.logical_and.reduce((tmp18,tmp25)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp18,tmp19)), tmp24*tmp27,
-            #     numpy.where(tmp18, tmp23*tmp27, 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp25,tmp28)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp19,tmp28)), tmp24*tmp29,
-            #     numpy.where(tmp28, tmp23*tmp29, 0))) +
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)), inv2*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv3*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv4*tmp0, numpy.where(tmp11,
-            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp33)),
-            #     inv6*tmp32, numpy.where(numpy.logical_and.reduce((tmp12,tmp33)), inv7*tmp32,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp33)), inv8*tmp32,
-            #     numpy.where(tmp33, inv9*tmp32, 0))))
+            # out = numpy.where(numpy.logical_and(tmp18, tmp25), 0,
+            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp24*tmp27, numpy.where(tmp18,
+            #     tmp23*tmp27, 0))) + numpy.where(numpy.logical_and(tmp25, tmp28), 0,
+            #     numpy.where(numpy.logical_and(tmp19, tmp28), tmp24*tmp29, numpy.where(tmp28,
+            #     tmp23*tmp29, 0))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12,
+            #     tmp13)), inv2*tmp0, numpy.where(numpy.logical_and(tmp11, tmp12), inv3*tmp0,
+            #     numpy.where(numpy.logical_and(tmp11, tmp13), inv4*tmp0, numpy.where(tmp11,
+            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12, numpy.logical_and(tmp13,
+            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp12, tmp33), inv7*tmp32,
+            #     numpy.where(numpy.logical_and(tmp13, tmp33), inv8*tmp32, numpy.where(tmp33,
+            #     inv9*tmp32, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r2, r4, out=r3)
             numpy.copyto(out, r3, where=m3)

@@ -1191,8 +1191,8 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
             #     1)/((cp*cp)*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1273,8 +1273,8 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(1 - (ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
             #     1)/ep)/(cp*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1354,8 +1354,8 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
             #     numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1432,8 +1432,8 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
             #     numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1512,8 +1512,8 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
             #     1)/((cp*cp)*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1594,8 +1594,8 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(1 - (ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
             #     1)/ep)/(cp*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1675,8 +1675,8 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
             #     numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -1753,8 +1753,8 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
             #     numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -2871,10 +2871,9 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
             numpy.multiply(r1, 0.25, out=r1)
             # tmp23 = numpy.equal(zero2_non_exp, 1) -> m2
             numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp14,tmp15)),
-            #     inv0*tmp0, numpy.where(tmp14, inv1*tmp0, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp15,tmp23)), inv2*tmp22,
-            #     numpy.where(tmp23, inv3*tmp22, 0)))
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp14, tmp15), inv0*tmp0,
+            #     numpy.where(tmp14, inv1*tmp0, 0)) + numpy.where(numpy.logical_and(tmp15, tmp23),
+            #     inv2*tmp22, numpy.where(tmp23, inv3*tmp22, 0)))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv1, r0, out=r2)
             numpy.copyto(out, r2, where=m0)
@@ -3009,9 +3008,8 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             numpy.divide(1.0, r0, out=r0)
             # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
             numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # out =
-            #     inv2*score_factor_dp*numpy.where(numpy.logical_and.reduce((tmp9,numpy.not_equal(dh
-            #     , 0))), inv0*tmp8, numpy.where(tmp9, inv1*tmp8, 0))
+            # out = inv2*score_factor_dp*numpy.where(numpy.logical_and(tmp9, numpy.not_equal(dh,
+            #     0)), inv0*tmp8, numpy.where(tmp9, inv1*tmp8, 0))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv1, r0, out=r1)
             numpy.copyto(out, r1, where=m0)
@@ -19341,8 +19339,8 @@ def stage_ep_imbalanced_layer__d_ep(*, bytes_compute, comm_ep, ep, h, level_boun
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
             #     1)/ep)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -19420,8 +19418,8 @@ def stage_ep_imbalanced_full_again__d_ep(*, bytes_compute, comm_ep, ep, h, level
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     with numpy.errstate(divide="ignore", invalid="ignore"):
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or.reduce((numpy.equal(comm_ep,
-            #     0),numpy.less_equal(ep, 1))), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
+            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
             #     1)/ep)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
             numpy.multiply(inv0, ep, out=r0)
             numpy.floor(r0, out=out)
@@ -21888,10 +21886,9 @@ def stage_dp_standard_moe_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
             numpy.multiply(r1, 0.25, out=r1)
             # tmp23 = numpy.equal(zero2_non_exp, 1) -> m2
             numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp14,tmp15)),
-            #     inv0*tmp0, numpy.where(tmp14, inv1*tmp0, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp15,tmp23)), inv2*tmp22,
-            #     numpy.where(tmp23, inv3*tmp22, 0)))
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp14, tmp15), inv0*tmp0,
+            #     numpy.where(tmp14, inv1*tmp0, 0)) + numpy.where(numpy.logical_and(tmp15, tmp23),
+            #     inv2*tmp22, numpy.where(tmp23, inv3*tmp22, 0)))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv1, r0, out=r2)
             numpy.copyto(out, r2, where=m0)
@@ -22102,14 +22099,13 @@ def stage_dp_standard_moe_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             numpy.negative(r2, out=r2)
             # tmp23 = numpy.equal(zero3_exp, 1) -> m4
             numpy.equal(zero3_exp, 1.0, out=m4)
-            # out =
-            #     inv4*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp10,numpy.not_equal(
-            #     dh, 0))), inv2*tmp9, numpy.where(tmp10, inv3*tmp9, 0)) +
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp19)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp12,tmp13)), tmp21, numpy.where(tmp12,
-            #     tmp22, 0))) + numpy.where(numpy.logical_and.reduce((tmp19,tmp23)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp23)), tmp21, numpy.where(tmp23,
-            #     tmp22, 0))))
+            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10, numpy.not_equal(dh,
+            #     0)), inv2*tmp9, numpy.where(tmp10, inv3*tmp9, 0)) +
+            #     numpy.where(numpy.logical_and(tmp12, tmp19), 0,
+            #     numpy.where(numpy.logical_and(tmp12, tmp13), tmp21, numpy.where(tmp12, tmp22, 0)))
+            #     + numpy.where(numpy.logical_and(tmp19, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp13, tmp23), tmp21, numpy.where(tmp23, tmp22,
+            #     0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r1, out=r3)
             numpy.copyto(out, r3, where=m0)
@@ -22277,10 +22273,10 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             numpy.multiply(r4, r4, out=r5)
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), -tmp6*tmp8, numpy.where(tmp0,
-            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and.reduce((tmp7,tmp9)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp9)), -tmp10*tmp6, numpy.where(tmp9,
+            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
+            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
@@ -22763,8 +22759,8 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             numpy.maximum(1.0, etp, out=r6)
             numpy.divide(1.0, r6, out=r6)
             # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
-            numpy.multiply(tmp6, r6, out=r7)
-            numpy.multiply(tmp7, r6, out=r10)
+            numpy.multiply(r6, tmp6, out=r7)
+            numpy.multiply(r6, tmp7, out=r10)
             numpy.add(r10, h, out=r10)
             numpy.multiply(r10, mlp_bias, out=r10)
             numpy.add(r7, r10, out=r7)
@@ -22791,9 +22787,9 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
             #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
             #     t*(cp*inv4 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(tmp8, r0, out=out)
-            numpy.multiply(out, r1, out=out)
+            numpy.multiply(r0, r1, out=out)
             numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, tmp8, out=out)
             numpy.divide(out, r4, out=out)
             numpy.multiply(inv0, r6, out=r11)
             numpy.multiply(r11, r10, out=r11)
@@ -22816,11 +22812,11 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             numpy.multiply(r13, r13, out=r12)
             numpy.divide(r11, r12, out=r11)
             numpy.add(out, r11, out=out)
-            numpy.multiply(n_exp, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
+            numpy.multiply(r0, r3, out=r11)
             numpy.multiply(r11, r9, out=r11)
             numpy.multiply(r11, r7, out=r11)
             numpy.multiply(r11, r2, out=r11)
+            numpy.multiply(r11, n_exp, out=r11)
             numpy.divide(r11, r8, out=r11)
             numpy.add(out, r11, out=out)
             numpy.subtract(r8, 1.0, out=r11)
@@ -23165,9 +23161,9 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
             #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
             #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
             #     t*(cp*inv3 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(tmp6, r0, out=out)
-            numpy.multiply(out, r1, out=out)
+            numpy.multiply(r0, r1, out=out)
             numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, tmp6, out=out)
             numpy.divide(out, r4, out=out)
             numpy.multiply(inv0, r9, out=r6)
             numpy.multiply(r6, r2, out=r6)
@@ -23647,12 +23643,12 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
             numpy.multiply(r1, 0.25, out=r1)
             # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)),
-            #     inv0*tmp0, numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv1*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv2*tmp0, numpy.where(tmp11,
-            #     inv3*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp21)),
-            #     inv4*tmp20, numpy.where(numpy.logical_and.reduce((tmp12,tmp21)), inv5*tmp20,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp21)), inv6*tmp20,
+            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
+            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
+            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
+            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
+            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
+            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
             #     numpy.where(tmp21, inv7*tmp20, 0)))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r0, out=r2)
@@ -23820,10 +23816,10 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             numpy.not_equal(dh, 0.0, out=m1)
             # tmp11 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp9)),
-            #     inv0*tmp8, numpy.where(numpy.logical_and.reduce((tmp10,tmp9)), inv1*tmp8,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp9)), inv2*tmp8, numpy.where(tmp9,
-            #     inv3*tmp8, 0))))
+            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and(tmp10,
+            #     numpy.logical_and(tmp11, tmp9)), inv0*tmp8, numpy.where(numpy.logical_and(tmp10,
+            #     tmp9), inv1*tmp8, numpy.where(numpy.logical_and(tmp11, tmp9), inv2*tmp8,
+            #     numpy.where(tmp9, inv3*tmp8, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r0, out=r1)
             numpy.copyto(out, r1, where=m0)
@@ -24659,12 +24655,12 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
             numpy.multiply(r1, 0.25, out=r1)
             # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)),
-            #     inv0*tmp0, numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv1*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv2*tmp0, numpy.where(tmp11,
-            #     inv3*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp21)),
-            #     inv4*tmp20, numpy.where(numpy.logical_and.reduce((tmp12,tmp21)), inv5*tmp20,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp21)), inv6*tmp20,
+            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
+            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
+            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
+            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
+            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
+            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
             #     numpy.where(tmp21, inv7*tmp20, 0)))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r0, out=r2)
@@ -24908,14 +24904,14 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
             numpy.not_equal(dh, 0.0, out=m5)
             # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m6
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m6)
-            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp10, numpy.where(tmp0, tmp11,
-            #     0))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp12)), tmp10, numpy.where(tmp12,
-            #     tmp11, 0))) + numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp24)),
-            #     inv2*tmp21, numpy.where(numpy.logical_and.reduce((tmp22,tmp23)), inv3*tmp21,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp24)), inv4*tmp21,
-            #     numpy.where(tmp22, inv5*tmp21, 0)))))
+            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp10, numpy.where(tmp0, tmp11, 0))) +
+            #     numpy.where(numpy.logical_and(tmp12, tmp7), 0, numpy.where(numpy.logical_and(tmp1,
+            #     tmp12), tmp10, numpy.where(tmp12, tmp11, 0))) +
+            #     numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23, tmp24)), inv2*tmp21,
+            #     numpy.where(numpy.logical_and(tmp22, tmp23), inv3*tmp21,
+            #     numpy.where(numpy.logical_and(tmp22, tmp24), inv4*tmp21, numpy.where(tmp22,
+            #     inv5*tmp21, 0)))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r0, where=m0)
             numpy.logical_and(m0, m1, out=m7)
@@ -25089,10 +25085,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.multiply(r4, r4, out=r5)
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), -tmp6*tmp8, numpy.where(tmp0,
-            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and.reduce((tmp7,tmp9)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp9)), -tmp10*tmp6, numpy.where(tmp9,
+            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
+            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
@@ -25548,8 +25544,8 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             numpy.maximum(1.0, etp, out=r6)
             numpy.divide(1.0, r6, out=r6)
             # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
-            numpy.multiply(tmp6, r6, out=r7)
-            numpy.multiply(tmp7, r6, out=r10)
+            numpy.multiply(r6, tmp6, out=r7)
+            numpy.multiply(r6, tmp7, out=r10)
             numpy.add(r10, h, out=r10)
             numpy.multiply(r10, mlp_bias, out=r10)
             numpy.add(r7, r10, out=r7)
@@ -25576,9 +25572,9 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
             #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
             #     t*(cp*inv4 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(tmp8, r0, out=out)
-            numpy.multiply(out, r1, out=out)
+            numpy.multiply(r0, r1, out=out)
             numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, tmp8, out=out)
             numpy.divide(out, r4, out=out)
             numpy.multiply(inv0, r6, out=r11)
             numpy.multiply(r11, r10, out=r11)
@@ -25601,11 +25597,11 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             numpy.multiply(r13, r13, out=r12)
             numpy.divide(r11, r12, out=r11)
             numpy.add(out, r11, out=out)
-            numpy.multiply(n_exp, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
+            numpy.multiply(r0, r3, out=r11)
             numpy.multiply(r11, r9, out=r11)
             numpy.multiply(r11, r7, out=r11)
             numpy.multiply(r11, r2, out=r11)
+            numpy.multiply(r11, n_exp, out=r11)
             numpy.divide(r11, r8, out=r11)
             numpy.add(out, r11, out=out)
             numpy.subtract(r8, 1.0, out=r11)
@@ -25940,9 +25936,9 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
             #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
             #     t*(cp*inv3 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(tmp6, r0, out=out)
-            numpy.multiply(out, r1, out=out)
+            numpy.multiply(r0, r1, out=out)
             numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, tmp6, out=out)
             numpy.divide(out, r4, out=out)
             numpy.multiply(inv0, r9, out=r6)
             numpy.multiply(r6, r2, out=r6)
@@ -26408,12 +26404,12 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
             numpy.multiply(r1, 0.25, out=r1)
             # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)),
-            #     inv0*tmp0, numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv1*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv2*tmp0, numpy.where(tmp11,
-            #     inv3*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp21)),
-            #     inv4*tmp20, numpy.where(numpy.logical_and.reduce((tmp12,tmp21)), inv5*tmp20,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp21)), inv6*tmp20,
+            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
+            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
+            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
+            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
+            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
+            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
             #     numpy.where(tmp21, inv7*tmp20, 0)))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r0, out=r2)
@@ -26579,10 +26575,10 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             numpy.not_equal(dh, 0.0, out=m1)
             # tmp11 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and.reduce((tmp10,tmp11,tmp9)),
-            #     inv0*tmp8, numpy.where(numpy.logical_and.reduce((tmp10,tmp9)), inv1*tmp8,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp9)), inv2*tmp8, numpy.where(tmp9,
-            #     inv3*tmp8, 0))))
+            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and(tmp10,
+            #     numpy.logical_and(tmp11, tmp9)), inv0*tmp8, numpy.where(numpy.logical_and(tmp10,
+            #     tmp9), inv1*tmp8, numpy.where(numpy.logical_and(tmp11, tmp9), inv2*tmp8,
+            #     numpy.where(tmp9, inv3*tmp8, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r0, out=r1)
             numpy.copyto(out, r1, where=m0)
@@ -27419,12 +27415,12 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
             numpy.multiply(r1, 0.25, out=r1)
             # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
             numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp11,tmp12,tmp13)),
-            #     inv0*tmp0, numpy.where(numpy.logical_and.reduce((tmp11,tmp12)), inv1*tmp0,
-            #     numpy.where(numpy.logical_and.reduce((tmp11,tmp13)), inv2*tmp0, numpy.where(tmp11,
-            #     inv3*tmp0, 0)))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp13,tmp21)),
-            #     inv4*tmp20, numpy.where(numpy.logical_and.reduce((tmp12,tmp21)), inv5*tmp20,
-            #     numpy.where(numpy.logical_and.reduce((tmp13,tmp21)), inv6*tmp20,
+            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
+            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
+            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
+            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
+            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
+            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
             #     numpy.where(tmp21, inv7*tmp20, 0)))))
             numpy.copyto(out, 0.0)
             numpy.multiply(inv3, r0, out=r2)
@@ -27666,14 +27662,14 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
             numpy.not_equal(dh, 0.0, out=m5)
             # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m6
             numpy.not_equal(qk_nope_head_dim, 0.0, out=m6)
-            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), tmp10, numpy.where(tmp0, tmp11,
-            #     0))) + numpy.where(numpy.logical_and.reduce((tmp12,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp12)), tmp10, numpy.where(tmp12,
-            #     tmp11, 0))) + numpy.where(numpy.logical_and.reduce((tmp22,tmp23,tmp24)),
-            #     inv2*tmp21, numpy.where(numpy.logical_and.reduce((tmp22,tmp23)), inv3*tmp21,
-            #     numpy.where(numpy.logical_and.reduce((tmp22,tmp24)), inv4*tmp21,
-            #     numpy.where(tmp22, inv5*tmp21, 0)))))
+            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp10, numpy.where(tmp0, tmp11, 0))) +
+            #     numpy.where(numpy.logical_and(tmp12, tmp7), 0, numpy.where(numpy.logical_and(tmp1,
+            #     tmp12), tmp10, numpy.where(tmp12, tmp11, 0))) +
+            #     numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23, tmp24)), inv2*tmp21,
+            #     numpy.where(numpy.logical_and(tmp22, tmp23), inv3*tmp21,
+            #     numpy.where(numpy.logical_and(tmp22, tmp24), inv4*tmp21, numpy.where(tmp22,
+            #     inv5*tmp21, 0)))))
             numpy.copyto(out, 0.0)
             numpy.copyto(out, r0, where=m0)
             numpy.logical_and(m0, m1, out=m7)
@@ -27847,10 +27843,10 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.multiply(r4, r4, out=r5)
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and.reduce((tmp0,tmp7)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp0,tmp1)), -tmp6*tmp8, numpy.where(tmp0,
-            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and.reduce((tmp7,tmp9)), 0,
-            #     numpy.where(numpy.logical_and.reduce((tmp1,tmp9)), -tmp10*tmp6, numpy.where(tmp9,
+            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
+            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
@@ -28308,8 +28304,8 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             numpy.maximum(1.0, etp, out=r6)
             numpy.divide(1.0, r6, out=r6)
             # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
-            numpy.multiply(tmp6, r6, out=r7)
-            numpy.multiply(tmp7, r6, out=r10)
+            numpy.multiply(r6, tmp6, out=r7)
+            numpy.multiply(r6, tmp7, out=r10)
             numpy.add(r10, h, out=r10)
             numpy.multiply(r10, mlp_bias, out=r10)
             numpy.add(r7, r10, out=r7)
@@ -28336,9 +28332,9 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
             #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
             #     t*(cp*inv4 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(tmp8, r0, out=out)
-            numpy.multiply(out, r1, out=out)
+            numpy.multiply(r0, r1, out=out)
             numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, tmp8, out=out)
             numpy.divide(out, r4, out=out)
             numpy.multiply(inv0, r6, out=r11)
             numpy.multiply(r11, r10, out=r11)
@@ -28361,11 +28357,11 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             numpy.multiply(r13, r13, out=r12)
             numpy.divide(r11, r12, out=r11)
             numpy.add(out, r11, out=out)
-            numpy.multiply(n_exp, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
+            numpy.multiply(r0, r3, out=r11)
             numpy.multiply(r11, r9, out=r11)
             numpy.multiply(r11, r7, out=r11)
             numpy.multiply(r11, r2, out=r11)
+            numpy.multiply(r11, n_exp, out=r11)
             numpy.divide(r11, r8, out=r11)
             numpy.add(out, r11, out=out)
             numpy.subtract(r8, 1.0, out=r11)
@@ -28702,9 +28698,9 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
             #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
             #     t*(cp*inv3 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(tmp6, r0, out=out)
-            numpy.multiply(out, r1, out=out)
+            numpy.multiply(r0, r1, out=out)
             numpy.multiply(out, r5, out=out)
+            numpy.multiply(out, tmp6, out=out)
             numpy.divide(out, r4, out=out)
             numpy.multiply(inv0, r9, out=r6)
             numpy.multiply(r6, r2, out=r6)

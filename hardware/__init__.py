@@ -12,7 +12,8 @@ Public API::
     names() -> tuple[str, ...]          # the catalog's systems
     load(name) -> System                # one of them, e.g. load("A2")
     load_file(path) -> System           # any file in the same layout
-    System, Level, UnusedHelperLevel    # frozen dataclasses
+    time_bindings(system) -> dict       # NCCL constants + the system, for symbolic.collective_time
+    System, Level, Gpu, UnusedHelperLevel  # frozen dataclasses
     HardwareSpecError                   # a ValueError naming file, key path and value
 
 Importing this package reads no file.
@@ -21,9 +22,12 @@ Importing this package reads no file.
 from ._load import load as load
 from ._load import load_file as load_file
 from ._load import names as names
+from ._nccl import time_bindings as time_bindings
+from ._system import Gpu as Gpu
 from ._system import HardwareSpecError as HardwareSpecError
 from ._system import Level as Level
 from ._system import System as System
 from ._system import UnusedHelperLevel as UnusedHelperLevel
 
-__all__ = ["HardwareSpecError", "Level", "System", "UnusedHelperLevel", "load", "load_file", "names"]
+__all__ = ["Gpu", "HardwareSpecError", "Level", "System", "UnusedHelperLevel", "load", "load_file", "names",
+           "time_bindings"]

@@ -11,6 +11,15 @@ File layout (every key below is checked; any other key is an error)::
     latency_s = 1e-5                        # optional
     efficiency = 0.9                        # optional, measured fraction of the peak
     fabric = "NVLink 4 through NVSwitch"    # optional, text
+    marketed_bandwidth_bytes_per_s = 900e9  # optional, the datasheet's figure as printed …
+    marketed_direction = "bidirectional"    # … and how it counts directions (checked against the peak)
+    nics_per_unit = 8                       # optional, scale-out NICs per unit of the level below
+    nvls = true                             # optional, the level's switches do NVLink SHARP
+    aliases = ["h100_sxm"]                  # optional, other names the system answers to
+    original_stage_cost_scale = 0.5         # optional (default 1), the original's A3 halving
+    [gpu]                                   # optional: model, generation, compute_capability,
+                                            # nvlink_links, hbm_bytes, peak_flops_bf16_per_s,
+                                            # peak_flops_fp8_per_s (optional)
     [[unused_helper_levels]]                # optional: figures the original never uses
     name = "NODE"
     bandwidth_bytes_per_s = 300e9
@@ -29,7 +38,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ._system import HardwareSpecError, Level, System, UnusedHelperLevel
+from ._system import Gpu, HardwareSpecError, Level, System, UnusedHelperLevel
 
 __all__ = ["CATALOG_DIR", "load", "load_file", "names"]
 
@@ -39,11 +48,14 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 _SYSTEM_REQUIRED = ("description", "levels")
-_SYSTEM_OPTIONAL = ("unused_helper_levels", "original_stage_cost_scale")
+_SYSTEM_OPTIONAL = ("unused_helper_levels", "aliases", "original_stage_cost_scale", "gpu")
 _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 # A level has exactly one of "devices" and "unbounded"; both are listed as optional
 # here and the rule is checked on its own so that the message can say so.
-_LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric")
+_LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", "marketed_bandwidth_bytes_per_s",
+                   "marketed_direction", "nics_per_unit", "nvls")
+_GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
+_GPU_OPTIONAL = ("peak_flops_fp8_per_s",)
 _HELPER_REQUIRED = ("name", "bandwidth_bytes_per_s", "efficiency", "latency_s")
 
 
@@ -96,6 +108,10 @@ def _level(table: object, where: str) -> Level:
         latency_s=table.get("latency_s"),
         efficiency=table.get("efficiency"),
         fabric=table.get("fabric", ""),
+        marketed_bandwidth_bytes_per_s=table.get("marketed_bandwidth_bytes_per_s"),
+        marketed_direction=table.get("marketed_direction"),
+        nics_per_unit=table.get("nics_per_unit"),
+        nvls=table.get("nvls", False),
     )
 
 
@@ -112,9 +128,15 @@ def _system(name: str, data: dict[str, Any]) -> System:
     helpers = tuple(_helper(t, f"unused_helper_levels[{i}]")
                     for i, t in enumerate(_array_of_tables(data.get("unused_helper_levels", []),
                                                            "unused_helper_levels")))
-    extra = {key: data[key] for key in ("original_stage_cost_scale",) if key in data}
-    return System(name=name, description=data["description"], levels=levels,
-                  unused_helper_levels=helpers, **extra)
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list):
+        raise HardwareSpecError(f"aliases: must be an array of strings, got {aliases!r}")
+    gpu = None
+    if "gpu" in data:
+        gpu = _relabel("gpu", Gpu, **_check_keys(data["gpu"], "gpu", _GPU_REQUIRED, _GPU_OPTIONAL))
+    return System(name=name, description=data["description"], levels=levels, unused_helper_levels=helpers,
+                  aliases=tuple(aliases), original_stage_cost_scale=data.get("original_stage_cost_scale", 1.0),
+                  gpu=gpu)
 
 
 def load_file(path: str | os.PathLike[str]) -> System:
@@ -150,13 +172,18 @@ def names() -> tuple[str, ...]:
 
 
 def load(name: str) -> System:
-    """The catalog's system called *name* (exact spelling, e.g. "A2", "dgx_h100").
+    """The catalog's system called *name* (exact spelling, e.g. "A2", "dgx_h100") or one of its aliases.
 
     Raises:
-        HardwareSpecError: *name* is not in the catalog (the message lists the
-            known names), or its file is malformed.
+        HardwareSpecError: *name* is neither a system nor an alias of one (the
+            message lists the known names), or a file is malformed.
     """
     known = names()
-    if name not in known:
-        raise HardwareSpecError(f"unknown hardware system {name!r}; known: {', '.join(known)}")
-    return load_file(CATALOG_DIR / f"{name}.toml")
+    if name in known:
+        return load_file(CATALOG_DIR / f"{name}.toml")
+    for system_name in known:
+        system = load_file(CATALOG_DIR / f"{system_name}.toml")
+        if name in system.aliases:
+            return system
+    raise HardwareSpecError(f"unknown hardware system {name!r}; known: {', '.join(known)} "
+                            f"(or an alias: `symcost hardware show NAME` lists a system's aliases)")

@@ -16,10 +16,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["HardwareSpecError", "Level", "UnusedHelperLevel", "System"]
+__all__ = ["HardwareSpecError", "Gpu", "Level", "UnusedHelperLevel", "System"]
 
 #: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
 BYTES_PER_S_PER_GBPS = 1e9
+
+#: How a marketed bandwidth counts directions: the factor from the per-direction peak to it.
+DIRECTIONS = {"per_direction": 1.0, "bidirectional": 2.0}
+
+#: GPU generations the time model knows (keys of ``hardware/nccl_tuning.toml``), by compute capability.
+GENERATIONS = ("ampere", "hopper", "blackwell")
 
 
 class HardwareSpecError(ValueError):
@@ -86,13 +92,36 @@ class Level:
     latency_s: float | None = None
     efficiency: float | None = None
     fabric: str = ""
+    marketed_bandwidth_bytes_per_s: float | None = None
+    marketed_direction: str | None = None
+    nics_per_unit: int | None = None
+    nvls: bool = False
 
     def __post_init__(self) -> None:
         _text("name", self.name)
         if self.devices is not None:
             _positive_int("devices", self.devices)
+        if self.nics_per_unit is not None:
+            _positive_int("nics_per_unit", self.nics_per_unit)
+        if not isinstance(self.nvls, bool):
+            raise HardwareSpecError(f"nvls: must be true or false, got {self.nvls!r}")
         object.__setattr__(self, "bandwidth_bytes_per_s",
                            _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
+        if (self.marketed_bandwidth_bytes_per_s is None) != (self.marketed_direction is None):
+            raise HardwareSpecError("marketed_bandwidth_bytes_per_s: give it together with marketed_direction")
+        if self.marketed_bandwidth_bytes_per_s is not None:
+            object.__setattr__(self, "marketed_bandwidth_bytes_per_s",
+                               _positive_real("marketed_bandwidth_bytes_per_s", self.marketed_bandwidth_bytes_per_s))
+            if not isinstance(self.marketed_direction, str) or self.marketed_direction not in DIRECTIONS:
+                raise HardwareSpecError(f"marketed_direction: one of {', '.join(DIRECTIONS)}, "
+                                        f"got {self.marketed_direction!r}")
+            # The stored peak is per direction: the marketed figure must be it, or twice it.
+            per_direction = self.marketed_bandwidth_bytes_per_s / DIRECTIONS[self.marketed_direction]
+            if not math.isclose(per_direction, self.bandwidth_bytes_per_s, rel_tol=1e-9):
+                raise HardwareSpecError(
+                    f"bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} is not the per-direction share of the "
+                    f"marketed {self.marketed_bandwidth_bytes_per_s!r} bytes/s ({self.marketed_direction}), "
+                    f"which is {per_direction!r}")
         if self.latency_s is not None:
             object.__setattr__(self, "latency_s", _positive_real("latency_s", self.latency_s))
         if self.efficiency is not None:
@@ -147,6 +176,42 @@ def _check_unique(key: str, names: list[str]) -> None:
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """What one GPU of a system brings: generation, links, memory and compute peaks.
+
+    Attributes:
+        model: the GPU's name ("H100 SXM5").
+        generation: NCCL's per-compute-capability tables to use, one of ``GENERATIONS``.
+        compute_capability: CUDA compute capability times ten (80, 90, 100, 103).
+        nvlink_links: NVLink links per GPU (NCCL's topology counts each at its per-link bandwidth).
+        hbm_bytes: HBM capacity per GPU, bytes (HBM is counted in binary units: 80 GB = 80 GiB).
+        peak_flops_bf16_per_s: datasheet dense BF16 tensor peak, FLOP/s (sparsity figures halved).
+        peak_flops_fp8_per_s: datasheet dense FP8 tensor peak, FLOP/s; ``None`` where the GPU has no FP8.
+    """
+
+    model: str
+    generation: str
+    compute_capability: int
+    nvlink_links: int
+    hbm_bytes: float
+    peak_flops_bf16_per_s: float
+    peak_flops_fp8_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _text("model", self.model)
+        if self.generation not in GENERATIONS:
+            raise HardwareSpecError(f"generation: one of {', '.join(GENERATIONS)}, got {self.generation!r}")
+        _positive_int("compute_capability", self.compute_capability)
+        _positive_int("nvlink_links", self.nvlink_links)
+        object.__setattr__(self, "hbm_bytes", _positive_real("hbm_bytes", self.hbm_bytes))
+        object.__setattr__(self, "peak_flops_bf16_per_s",
+                           _positive_real("peak_flops_bf16_per_s", self.peak_flops_bf16_per_s))
+        if self.peak_flops_fp8_per_s is not None:
+            object.__setattr__(self, "peak_flops_fp8_per_s",
+                               _positive_real("peak_flops_fp8_per_s", self.peak_flops_fp8_per_s))
+
+
+@dataclass(frozen=True)
 class System:
     """A machine as a hierarchy of network levels.
 
@@ -156,22 +221,32 @@ class System:
         levels: at least two levels, innermost first; every level but the last is
             bounded, the last is unbounded.
         unused_helper_levels: figures the original states but never uses (A2, A3).
-        original_stage_cost_scale: the factor the original model applies to every dimension of a
-            stage's communication on this system (its A3 halving; 1 elsewhere). A quirk of the
-            original kept as data, so that no code tests a system's name.
+        aliases: other names the system answers to (e.g. the measurement files' ``h100_sxm``).
+        original_stage_cost_scale: the factor the original model applies to every dimension's
+            stage cost on this system: 0.5 on A3 (the original halves A3's volumes, selected by the
+            device name in its code), 1 elsewhere. Kept as data so that callers need not test names.
+        gpu: the GPU's facts for the time, memory and compute models; ``None`` (A2, A3) when the
+            system is only described as the original models it.
     """
 
     name: str
     description: str
     levels: tuple[Level, ...]
     unused_helper_levels: tuple[UnusedHelperLevel, ...] = ()
+    aliases: tuple[str, ...] = ()
     original_stage_cost_scale: float = 1.0
+    gpu: Gpu | None = None
 
     def __post_init__(self) -> None:
         _text("name", self.name)
         _text("description", self.description)
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+        for i, alias in enumerate(self.aliases):
+            _text(f"aliases[{i}]", alias)
         object.__setattr__(self, "original_stage_cost_scale",
                            _positive_real("original_stage_cost_scale", self.original_stage_cost_scale))
+        if self.gpu is not None and not isinstance(self.gpu, Gpu):
+            raise HardwareSpecError(f"gpu: must be a Gpu, got {self.gpu!r}")
         object.__setattr__(self, "levels", tuple(self.levels))
         object.__setattr__(self, "unused_helper_levels", tuple(self.unused_helper_levels))
         for i, level in enumerate(self.levels):
@@ -197,6 +272,11 @@ class System:
                 f"got devices = {self.levels[last].devices!r}")
         _check_unique("levels", [level.name for level in self.levels])
         _check_unique("unused_helper_levels", [helper.name for helper in self.unused_helper_levels])
+
+    @property
+    def nics_per_node(self) -> int:
+        """Scale-out NICs of one unit of the innermost level (level 1's ``nics_per_unit``; 1 if unstated)."""
+        return self.levels[1].nics_per_unit or 1
 
     @property
     def devices_per_node(self) -> int:

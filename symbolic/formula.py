@@ -14,11 +14,15 @@ __all__ = ["Formula", "UNITS", "DIMENSIONS"]
 #: Units a formula may state. "params" is a parameter count; "mixed" marks the
 #: original's sums of quantities in different units (docs/model.md, oddity 11).
 #: "derivative" is a formula's unit per unit of one symbol (symbolic.sensitivity).
-UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative"})
+#: "s" and "bytes/s" belong to the time model (symbolic.collective_time), in SI units.
+UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative",
+                   "s", "bytes/s"})
 
 #: Dimensions a formula belongs to.
+#: "collective" holds the time model of one collective call, "placement" where a group's ranks sit;
+#: "stage" the per-layer terms of a pipeline stage, "stage_slope" their derivatives.
 DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention",
-                        "stage", "stage_slope"})
+                        "collective", "placement", "stage", "stage_slope"})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import attention, cp, dp, ep, fsdp, legacy, model, params, recompute, score, tp
+from . import attention, collective_time, cp, dp, ep, fsdp, legacy, model, params, placement, recompute, score, step_volumes, tp
 from .formula import Formula
 
 __all__ = ["FORMULAS", "get", "names"]
@@ -37,6 +37,9 @@ FORMULAS: Mapping[str, Formula] = _collect(
     legacy.FORMULAS,
     recompute.FORMULAS,
     model.FORMULAS,
+    collective_time.FORMULAS,
+    placement.FORMULAS,
+    step_volumes.FORMULAS,
 )
 
 

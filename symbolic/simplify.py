@@ -111,7 +111,19 @@ class _Sized:
         return self.expr != other.expr and self.length < other.length
 
 
+#: Min/Max nodes above which no pass is tried: rebuilding a Min or Max compares its arguments pairwise,
+#: and on a minimum over a dozen collective algorithms every pass costs seconds and rarely pays.
+MAX_EXTREMA = 30
+
+
+def too_large_to_rewrite(expr: sympy.Basic) -> bool:
+    """Whether the passes (here and in the code generator's lowering) leave *expr* as it is (``MAX_EXTREMA``)."""
+    return expr.count(sympy.Min) + expr.count(sympy.Max) > MAX_EXTREMA
+
+
 def _passes(expr: sympy.Expr) -> sympy.Expr:
+    if too_large_to_rewrite(expr):
+        return expr
     best = _Sized(expr)
     for _ in range(ROUNDS):
         start = best

@@ -191,6 +191,55 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("level_bw_0", "positive", "GB/s", "bandwidth of hierarchy level 0"),
     ("level_bw_1", "positive", "GB/s", "bandwidth of hierarchy level 1"),
     ("level_bw_2", "positive", "GB/s", "bandwidth of hierarchy level 2"),
+    # Time model: one collective call (symbolic.collective_time). Bytes are nccl-tests' size S:
+    # the whole buffer for all-reduce and broadcast, count x type size x ranks for all-gather,
+    # reduce-scatter and all-to-all, the message for send/recv. Bandwidths are per direction.
+    ("msg_bytes", "positive", "bytes", "nccl-tests size S of one collective call"),
+    ("ranks", "positive_integer", "ranks", "ranks in the communicator (group size n)"),
+    ("ranks_per_node", "positive_integer", "ranks", "ranks of the group inside one node"),
+    ("nodes", "positive_integer", "nodes", "nodes the group spans"),
+    ("nics_used", "positive", "NICs", "NICs of one node the group drives at once"),
+    ("nic_bw_bytes_per_s", "positive", "bytes/s", "peak bandwidth of one NIC, per direction"),
+    ("ring_channels", "positive_integer", "channels", "NCCL ring channels inside one node (search.cc outcome)"),
+    ("ring_channel_bw_bytes_per_s", "positive", "bytes/s", "NCCL bandwidth of one ring channel (search.cc bwIntra)"),
+    ("nvlink_nccl_bw_bytes_per_s", "positive", "bytes/s",
+     "NVLink bandwidth of one GPU as NCCL's topology counts it: links x per-link bw (topo.h)"),
+    ("ll_max_bw_bytes_per_s", "positive", "bytes/s", "NCCL llMaxBws: cap of the LL protocol's bus bandwidth"),
+    ("ll128_channel_max_bw_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxRingLL128Bws: LL128 cap per ring channel"),
+    ("tree_channel_max_bw_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxTreeBws: tree cap per channel"),
+    ("tree_ll128_channel_max_bw_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel"),
+    ("nvls_channel_max_bw_bytes_per_s", "positive", "bytes/s", "top of NCCL's intra-node speed array: NVLS channel cap"),
+    ("nvls", "nonnegative", "1", "1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0"),
+    ("nvls_efficiency", "positive", "1", "NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation"),
+    ("alpha_ring_ll_s", "positive", "s", "NCCL baseLat: ring, LL protocol"),
+    ("alpha_ring_ll128_s", "positive", "s", "NCCL baseLat: ring, LL128 protocol"),
+    ("alpha_ring_simple_s", "positive", "s", "NCCL baseLat: ring, Simple protocol"),
+    ("alpha_tree_ll_s", "positive", "s", "NCCL baseLat: tree, LL protocol"),
+    ("alpha_tree_ll128_s", "positive", "s", "NCCL baseLat: tree, LL128 protocol"),
+    ("alpha_tree_simple_s", "positive", "s", "NCCL baseLat: tree, Simple protocol"),
+    ("hop_nvlink_ring_ll_s", "positive", "s", "NCCL hwLat NVLink: one ring step, LL"),
+    ("hop_nvlink_ring_ll128_s", "positive", "s", "NCCL hwLat NVLink: one ring step, LL128"),
+    ("hop_nvlink_ring_simple_s", "positive", "s", "NCCL hwLat NVLink: one ring step, Simple"),
+    ("hop_nvlink_tree_ll_s", "positive", "s", "NCCL hwLat NVLink: one tree hop, LL"),
+    ("hop_nvlink_tree_ll128_s", "positive", "s", "NCCL hwLat NVLink: one tree hop, LL128"),
+    ("hop_nvlink_tree_simple_s", "positive", "s", "NCCL hwLat NVLink: one tree hop, Simple"),
+    ("hop_nvlink_nvls_s", "positive", "s", "NCCL hwLat NVLink: NVLS (whole collective), Simple"),
+    ("hop_net_ring_ll_s", "positive", "s", "NCCL hwLat network: one inter-node ring step, LL"),
+    ("hop_net_ring_ll128_s", "positive", "s", "NCCL hwLat network: one inter-node ring step, LL128"),
+    ("hop_net_ring_simple_s", "positive", "s", "NCCL hwLat network: one inter-node ring step, Simple"),
+    ("hop_net_tree_ll_s", "positive", "s", "NCCL hwLat network: one inter-node tree hop, LL"),
+    ("hop_net_tree_ll128_s", "positive", "s", "NCCL hwLat network: one inter-node tree hop, LL128"),
+    ("hop_net_tree_simple_s", "positive", "s", "NCCL hwLat network: one inter-node tree hop, Simple"),
+    ("net_overhead_s", "positive", "s", "NCCL getNetOverhead: post cost of one network step (x3 for Simple)"),
+    # Placement of one parallel group (symbolic.placement): Megatron rank order, stride = product
+    # of the degrees before the group's dimension in that order.
+    ("group_size", "positive_integer", "ranks", "ranks in the parallel group"),
+    ("group_stride", "positive_integer", "ranks", "distance between consecutive ranks of the group"),
+    ("gpus_per_node", "positive_integer", "devices", "GPUs in one node (or one NVLink domain)"),
+    ("nics_per_node", "positive_integer", "NICs", "scale-out NICs of one node"),
+    # Per-step volumes (symbolic.step_volumes).
+    ("n_layers_stage", "nonnegative_integer", "layers", "transformer layers one pipeline stage holds"),
+    ("n_moe_layers_stage", "nonnegative_integer", "layers", "MoE layers one pipeline stage holds"),
 )
 
 
@@ -223,6 +272,9 @@ PER_LAYOUT: frozenset[str] = frozenset({
     "level_assign_0", "level_assign_1", "level_assign_2", "n_embedding", "n_output", "n_body", "n_extra",
     "n_extra_sel", "n_full_rec", "n_sel_rec", "part_size", "part_computed", "part_sharded", "part_held",
     "gathers", "reduces", "comm_volume", "overlap", "P_ne", "P_r", "P_s",
+    # A collective call: its size and its group, placed on the system.
+    "msg_bytes", "ranks", "ranks_per_node", "nodes", "nics_used", "ring_channels", "group_size", "group_stride",
+    "n_layers_stage", "n_moe_layers_stage",
 })
 if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators
     raise ValueError(f"PER_LAYOUT names undeclared symbols: {sorted(PER_LAYOUT - set(SPECS))}")

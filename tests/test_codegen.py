@@ -60,7 +60,7 @@ def formula(name: str, expr, **meta) -> Formula:
     (s / 10, "0.1*s"),
     (-2 * s / 3, "-0.6666666666666666*s"),
     (cp <= dpn, "numpy.less_equal(cp, device_per_node)"),
-    (sympy.And(cp > 1, s >= b), "numpy.logical_and.reduce((numpy.greater_equal(s, b),numpy.greater(cp, 1)))"),
+    (sympy.And(cp > 1, s >= b), "numpy.logical_and(numpy.greater_equal(s, b), numpy.greater(cp, 1))"),
 ])
 def test_printer_golden(expr, code):
     assert print_numpy(expr) == code

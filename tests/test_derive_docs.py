@@ -30,6 +30,8 @@ bytes_compute, comm_t, n_gather = syms("bytes_compute", "comm_t", "n_gather")
 def _draw(name: str, rng: random.Random) -> sympy.Expr:
     """A value valid for the symbol's declared kind; a nonnegative one is 0 a quarter of the time (fallbacks)."""
     kind = SPECS[name].kind
+    if name == "nodes":  # one node half the time: NVLS and the single-node branches of the time model
+        return sympy.Integer(rng.choice([1, 1, 2, 4]))
     if kind == "positive_integer":
         return sympy.Integer(rng.randint(1, 12))
     if kind == "nonnegative_integer":

@@ -35,7 +35,8 @@ def _catalog_files() -> list[Path]:
 
 def test_names_are_the_catalog_file_stems():
     assert set(hardware.names()) == {p.stem for p in _catalog_files()}
-    assert {"A2", "A3", "dgx_a100", "dgx_h100", "dgx_h200", "gb200_nvl72"} <= set(hardware.names())
+    assert {"A2", "A3", "dgx_a100", "dgx_h100", "dgx_h200", "gb200_nvl72", "dgx_b200", "hgx_b300",
+            "gb300_nvl72"} <= set(hardware.names())
 
 
 @pytest.mark.parametrize("path", _catalog_files(), ids=lambda p: p.stem)
@@ -128,6 +129,9 @@ def test_level_bounds_agree_with_the_reference_level_assignments():
         ("dgx_h100", 8, 900, 400),  # NVLink 4, ConnectX-7 NDR
         ("dgx_h200", 8, 900, 400),  # NVLink 4, ConnectX-7 NDR
         ("gb200_nvl72", 72, 1800, 400),  # NVLink 5 (1.8 TB/s), ConnectX-7 NDR
+        ("dgx_b200", 8, 1800, 400),  # NVLink 5, ConnectX-7 NDR
+        ("hgx_b300", 8, 1800, 800),  # NVLink 5, ConnectX-8 SuperNIC
+        ("gb300_nvl72", 72, 1800, 800),  # NVLink 5, ConnectX-8 SuperNIC
     ],
 )
 def test_gpu_systems_store_per_direction_peaks(name, gpus, nvlink_bidirectional_gb_s, scale_out_gbit_s):
@@ -136,6 +140,65 @@ def test_gpu_systems_store_per_direction_peaks(name, gpus, nvlink_bidirectional_
     assert system.levels[0].bandwidth_bytes_per_s == nvlink_bidirectional_gb_s * 1e9 / 2
     assert system.levels[1].bandwidth_bytes_per_s == scale_out_gbit_s * 1e9 / 8
     assert system.bindings()["bw_intra"] > system.bindings()["bw_inter"]
+
+
+@pytest.mark.parametrize("name", ["dgx_a100", "dgx_h100", "dgx_h200", "gb200_nvl72", "dgx_b200", "hgx_b300",
+                                  "gb300_nvl72"])
+def test_gpu_systems_keep_the_marketed_figure_its_direction_aliases_and_capacities(name):
+    system = hardware.load(name)
+    nvlink = system.levels[0]
+    assert nvlink.marketed_direction == "bidirectional"
+    assert nvlink.marketed_bandwidth_bytes_per_s == 2 * nvlink.bandwidth_bytes_per_s
+    assert system.levels[1].marketed_direction == "per_direction"
+    assert system.aliases and hardware.load(system.aliases[0]) == system
+    gpu = system.gpu
+    # HBM is binary: 80 GB cards hold 80 GiB; a capacity stored as GB (1e9) would not be a whole GiB count.
+    assert gpu.hbm_bytes % 2**30 == 0 and 80 <= gpu.hbm_bytes / 2**30 <= 288
+    assert 1e14 < gpu.peak_flops_bf16_per_s < 1e16
+    assert system.nics_per_node == system.devices_per_node  # one NIC per GPU on every one of them
+    assert nvlink.nvls == (gpu.generation != "ampere")
+
+
+def test_every_csv_system_name_is_an_alias():
+    for alias in ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300"):
+        assert alias in hardware.load(alias).aliases
+
+
+def test_a3_stage_cost_scale_is_data():
+    assert hardware.load("A3").original_stage_cost_scale == 0.5
+    assert {hardware.load(n).original_stage_cost_scale for n in hardware.names() if n != "A3"} == {1.0}
+
+
+@pytest.mark.parametrize(("marketed", "direction", "what"), [
+    ("900e9", "per_direction", "a bidirectional NVLink figure read as one direction"),
+    ("450e9", "bidirectional", "a per-direction figure doubled"),
+    ("483183820800", "bidirectional", "450 GiB/s: GiB read as GB"),
+])
+def test_a_unit_or_direction_mix_up_is_caught(tmp_path, marketed, direction, what):
+    text = _VALID.replace("bandwidth_bytes_per_s = 50e9  # toy",
+                          f"bandwidth_bytes_per_s = 450e9  # toy\nmarketed_bandwidth_bytes_per_s = {marketed}  # toy\n"
+                          f'marketed_direction = "{direction}"')
+    with pytest.raises(HardwareSpecError, match="not the per-direction share of the marketed"):
+        hardware.load_file(_write(tmp_path, text))
+    good = text.replace(f"marketed_bandwidth_bytes_per_s = {marketed}", "marketed_bandwidth_bytes_per_s = 900e9")
+    good = good.replace(f'marketed_direction = "{direction}"', 'marketed_direction = "bidirectional"')
+    assert hardware.load_file(_write(tmp_path, good, stem="good")).levels[0].bandwidth_bytes_per_s == 450e9, what
+
+
+@pytest.mark.parametrize(("addition", "expected"), [
+    ('[gpu]\nmodel = "x"\n', r"gpu\.generation: missing required key"),
+    ('[gpu]\nmodel = "x"\ngeneration = "volta"\ncompute_capability = 70\nnvlink_links = 6\nhbm_bytes = 1\n'
+     'peak_flops_bf16_per_s = 1\n', r"gpu\.generation: one of ampere, hopper, blackwell"),
+    ('[gpu]\nmodel = "x"\ngeneration = "hopper"\ncompute_capability = 90\nnvlink_links = 18\nhbm_bytes = 0\n'
+     'peak_flops_bf16_per_s = 1\n', r"gpu\.hbm_bytes: must be a finite number > 0"),
+    ('[gpu]\ncolour = 1\n', r"gpu\.colour: unknown key"),
+    ("original_stage_cost_scale = -0.5\n", r"original_stage_cost_scale: must be a finite number > 0"),
+    ('aliases = "h100"\n', r"aliases: must be an array of strings"),
+])
+def test_new_keys_are_checked(tmp_path, addition, expected):
+    text = addition + _VALID if not addition.startswith("[gpu]") else _VALID + addition
+    with pytest.raises(HardwareSpecError, match=expected):
+        hardware.load_file(_write(tmp_path, text))
 
 
 # ------------------------------------------------------------------ bindings

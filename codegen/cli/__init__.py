@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Sequence
 
-from . import check, compile, derive, eval, hardware, sensitivity
+from . import check, collective, compile, derive, eval, hardware, sensitivity, validate
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (eval, check, derive, compile, hardware, sensitivity)
+COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective)
 
 
 def build_parser() -> argparse.ArgumentParser:

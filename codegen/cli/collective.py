@@ -1,0 +1,62 @@
+"""``symcost collective OP --system S --ranks N --bytes SIZE``: one collective's predicted time.
+
+Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the
+algorithm and protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name
+or an alias). SIZE is nccl-tests' size S in bytes, with an optional binary suffix (K, M, G = 2^10,
+2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6, 1e9). ``--json`` prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from ..validation import collectives
+
+_SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*(?P<unit>[KMG]i?B?|[kKMG]B|B)?")
+_UNITS = {None: 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def parse_size(text: str) -> float:
+    """Bytes from ``"512"``, ``"4M"`` / ``"4MiB"`` (2^20) or ``"4MB"`` (1e6).
+
+    Raises:
+        ValueError: naming the field and the value.
+    """
+    match = _SIZE.fullmatch(text.strip())
+    if not match or match["unit"] not in _UNITS:
+        raise ValueError(f"--bytes: not a size, got {text!r} (e.g. 512, 4M, 4MiB, 4MB)")
+    value = float(match["number"]) * _UNITS[match["unit"]]
+    if value <= 0:
+        raise ValueError(f"--bytes: must be > 0, got {text!r}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collective", help="predicted time, algbw, busbw and algorithm of one collective call",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("op", metavar="OP", help=f"collective: {', '.join(sorted(collectives.OPS))}")
+    p.add_argument("--system", required=True, help="catalog system or alias, e.g. dgx_h100 or h100_sxm")
+    p.add_argument("--ranks", required=True, type=int, help="ranks in the communicator (consecutive ranks)")
+    p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    size = parse_size(args.size)
+    result = collectives.predict(args.system, args.op, args.ranks, size)
+    record = {"op": collectives.OPS[args.op], "system": args.system, "ranks": args.ranks, "bytes": size,
+              "time_s": float(result.time_s), "algbw_GBps": float(result.algbw_bytes_per_s) / 1e9,
+              "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9, "algorithm": str(result.algorithm)}
+    if args.json:
+        print(json.dumps(record))
+        return 0
+    print(f"{record['op']} of {size:g} bytes over {args.ranks} ranks of {args.system}:")
+    print(f"  time      {record['time_s'] * 1e6:.2f} us")
+    print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
+    print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (nccl-tests bus bandwidth)")
+    print(f"  algorithm {record['algorithm']}  (the fastest predicted candidate, as NCCL's tuner picks)")
+    return 0

@@ -1,0 +1,49 @@
+"""``symcost validate WHAT``: compare a model with measurements.
+
+One sub-choice per model, in ``CHOICES`` (name → (help, register function)); ``collectives`` is the
+time model of one collective call against nccl-tests sweeps. Others (``memory``, ``step-time``) are
+added by putting one more entry in the table.
+
+``symcost validate collectives [--data FILE.csv]`` prints one line per (system, collective, size
+band) with the count, median and worst relative error of the predicted time, then, as its last
+line, one JSON object ``{"groups": [{"system", "op", "band", "n", "median_rel_err",
+"worst_rel_err"}, …]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from ..validation import collectives
+
+
+def _register_collectives(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="FILE.csv", default=str(collectives.DEFAULT_DATA),
+                   help="measurements with columns system, op, n_gpus, bytes, time_us (default: the shipped "
+                        "nccl-tests sweeps, tests/data/nccl_single_node.csv)")
+    p.set_defaults(func=run_collectives)
+
+
+def run_collectives(args: argparse.Namespace) -> int:
+    groups = collectives.validate(collectives.load_measurements(args.data))
+    print(f"{'system':<10} {'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error of "
+          f"predicted time; small < 1 MiB <= large)")
+    for g in groups:
+        print(f"{g.system:<10} {g.op:<15} {g.band:<6} {g.n:>5} {g.median_rel_err:>8.1%} {g.worst_rel_err:>8.1%}")
+    print(collectives.groups_json(groups))
+    return 0
+
+
+#: What can be validated: name → (help, function adding its options and setting ``func``).
+CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "collectives": ("collective times (NCCL's model) against nccl-tests measurements", _register_collectives),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="compare a model with measurements",
+                       description="Compare a model's predictions with measurements and report the errors.")
+    what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
+    for name, (help_text, add) in CHOICES.items():
+        add(what.add_parser(name, help=help_text, description=help_text))

@@ -1,0 +1,217 @@
+"""Collective times predicted by the generated evaluators, and compared with nccl-tests measurements.
+
+``predict`` evaluates ``collective_<op>_nccl_time_s`` and every candidate of that op (from
+``generated/``, no SymPy) for a catalog system and a group, and names the candidate NCCL's tuner
+would pick (the fastest predicted). ``validate`` predicts every row of a measurement table and
+groups the relative errors by system, collective and size band.
+
+Measurement tables are CSV files with at least the columns ``system`` (a catalog name or alias:
+``a100_sxm``, ``h100_sxm``, …), ``op`` (nccl-tests' names: ``all_reduce``, ``all_gather``,
+``reduce_scatter``, ``alltoall``, ``broadcast``, ``sendrecv``), ``n_gpus``, ``bytes`` (nccl-tests'
+size S) and ``time_us``; other columns are ignored. All GPUs of a row are in one node unless
+``n_gpus`` exceeds the system's node size.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+import generated
+import hardware
+
+__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Group", "Measurements", "Prediction", "load_measurements",
+           "predict", "validate", "groups_json"]
+
+#: Messages below 1 MiB are "small", the rest "large" (issue 11's bands).
+BAND_EDGE_BYTES = 1 << 20
+
+#: nccl-tests' collective names → the time model's.
+OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+       "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast", "sendrecv": "send_recv",
+       "send_recv": "send_recv"}
+
+#: The shipped copy of the measurements (provenance in tests/data/README.md).
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "nccl_single_node.csv"
+
+_REQUIRED = ("system", "op", "n_gpus", "bytes", "time_us")
+
+
+def _op(name: str) -> str:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError(f"op: unknown collective {name!r}; known: {', '.join(sorted(OPS))}") from None
+
+
+def _candidates(op: str) -> tuple[str, ...]:
+    prefix, chosen = f"collective_{op}_", f"collective_{op}_nccl_time_s"
+    return tuple(n for n, meta in generated.FORMULAS.items()
+                 if n.startswith(prefix) and n.endswith("_time_s") and n != chosen and meta["unit"] == "s")
+
+
+def _call(name: str, values: dict[str, object]) -> np.ndarray:
+    args = generated.FORMULAS[name]["arguments"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return getattr(generated, name)(**{a: values[a] for a in args})
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted seconds of one collective (arrays broadcast over the inputs).
+
+    Attributes:
+        time_s: the time of the candidate NCCL's tuner would pick.
+        algbw_bytes_per_s: S / time.
+        busbw_bytes_per_s: algbw times nccl-tests' factor for the collective.
+        algorithm: the chosen candidate's label ("ring_ll", "nvls_simple", "tree_simple", …), per element.
+        candidates: every candidate's time, by label (``inf`` where unavailable).
+    """
+
+    time_s: np.ndarray
+    algbw_bytes_per_s: np.ndarray
+    busbw_bytes_per_s: np.ndarray
+    algorithm: np.ndarray
+    candidates: dict[str, np.ndarray]
+
+
+def group_values(system: hardware.System, ranks: object, msg_bytes: object) -> dict[str, object]:
+    """Every input of the collective formulas for a group of *ranks* consecutive ranks on *system*."""
+    base = hardware.time_bindings(system)
+    n = np.asarray(ranks, dtype=float)
+    values: dict[str, object] = dict(base, msg_bytes=np.asarray(msg_bytes, dtype=float), ranks=n,
+                                     group_size=n, group_stride=1.0)
+    placement = {k: _call(f"placement_group_{k}_count", values) for k in ("ranks_per_node", "nodes", "nics_used")}
+    values.update(placement)
+    return values
+
+
+def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object) -> Prediction:
+    """Predicted time of *op* over *ranks* consecutive ranks of *system* for nccl-tests size *msg_bytes*.
+
+    Raises:
+        ValueError: an unknown op, a rank count below 2 or a size not > 0 (naming the field and value),
+            or a system without the GPU facts the time model needs.
+    """
+    op = _op(op)
+    sys_ = system if isinstance(system, hardware.System) else hardware.load(system)
+    n, size = np.asarray(ranks, dtype=float), np.asarray(msg_bytes, dtype=float)
+    if np.any(n < 2) or np.any(n != np.floor(n)):
+        raise ValueError(f"ranks: a collective needs a whole number of ranks >= 2, got {ranks!r}")
+    if np.any(~np.isfinite(size)) or np.any(size <= 0):
+        raise ValueError(f"bytes: must be a finite size > 0, got {msg_bytes!r}")
+    values = group_values(sys_, n, size)
+    time = _call(f"collective_{op}_nccl_time_s", values)
+    labels = _candidates(op)
+    cands = {name.removeprefix(f"collective_{op}_").removesuffix("_time_s"): _call(name, values) for name in labels}
+    stack = np.stack(np.broadcast_arrays(*cands.values()))
+    algorithm = np.asarray(list(cands))[np.argmin(stack, axis=0)]
+    return Prediction(time_s=time, algbw_bytes_per_s=_call(f"collective_{op}_nccl_algbw_bytes_per_s", values),
+                      busbw_bytes_per_s=_call(f"collective_{op}_nccl_busbw_bytes_per_s", values),
+                      algorithm=algorithm, candidates=cands)
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Measured rows, column-wise: system (as the file names it), op (the model's name), ranks, bytes, seconds."""
+
+    system: np.ndarray
+    op: np.ndarray
+    ranks: np.ndarray
+    msg_bytes: np.ndarray
+    time_s: np.ndarray
+    path: str
+
+
+def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measurements:
+    """Read a measurement CSV (columns: see the module docstring).
+
+    Raises:
+        ValueError: a missing column, an unknown op or system, or a value that is not a positive number,
+            naming the row and column.
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in _REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; need {', '.join(_REQUIRED)}")
+        rows = list(reader)
+    systems, ops = [], []
+    numbers = np.empty((len(rows), 3))
+    known: set[str] = set()
+    for i, row in enumerate(rows, start=2):
+        if row["system"] not in known:
+            try:
+                hardware.load(row["system"])
+            except hardware.HardwareSpecError as exc:
+                raise ValueError(f"{path}:{i}: system: {exc}") from None
+            known.add(row["system"])
+        systems.append(row["system"])
+        try:
+            ops.append(_op(row["op"]))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{i}: {exc}") from None
+        for j, column in enumerate(("n_gpus", "bytes", "time_us")):
+            try:
+                value = float(row[column])
+            except (TypeError, ValueError):
+                value = math.nan
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{path}:{i}: {column}: must be a number > 0, got {row[column]!r}")
+            numbers[i - 2, j] = value
+    return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=numbers[:, 0],
+                        msg_bytes=numbers[:, 1], time_s=numbers[:, 2] * 1e-6, path=str(path))
+
+
+@dataclass(frozen=True)
+class Group:
+    """Relative errors |predicted − measured| / measured of one (system, collective, band)."""
+
+    system: str
+    op: str
+    band: str
+    n: int
+    median_rel_err: float
+    worst_rel_err: float
+
+
+def predicted_times(data: Measurements) -> np.ndarray:
+    """The predicted seconds of every row, evaluated per (system, op) over all its rows at once."""
+    out = np.empty_like(data.time_s)
+    for system in np.unique(data.system):
+        loaded = hardware.load(str(system))
+        for op in np.unique(data.op[data.system == system]):
+            rows = (data.system == system) & (data.op == op)
+            out[rows] = predict(loaded, str(op), data.ranks[rows], data.msg_bytes[rows]).time_s
+    return out
+
+
+def validate(data: Measurements) -> list[Group]:
+    """Per (system, op, band): count, median and worst relative error of the predicted time."""
+    error = np.abs(predicted_times(data) - data.time_s) / data.time_s
+    band = np.where(data.msg_bytes < BAND_EDGE_BYTES, "small", "large")
+    groups: list[Group] = []
+    for system in np.unique(data.system):
+        for op in np.unique(data.op[data.system == system]):
+            for name in ("small", "large"):
+                rows = (data.system == system) & (data.op == op) & (band == name)
+                if rows.any():
+                    groups.append(Group(str(system), str(op), name, int(rows.sum()),
+                                        float(np.median(error[rows])), float(error[rows].max())))
+    return groups
+
+
+def groups_json(groups: Iterable[Group]) -> str:
+    """The one-line JSON object ``{"groups": [...]}`` that ``symcost validate collectives`` ends with."""
+    return json.dumps({"groups": [{"system": g.system, "op": g.op, "band": g.band, "n": g.n,
+                                   "median_rel_err": round(g.median_rel_err, 6),
+                                   "worst_rel_err": round(g.worst_rel_err, 6)} for g in groups]})

@@ -1,0 +1,166 @@
+"""NCCL's cost-model constants (``hardware/nccl_tuning.toml``) and the time model's bindings of a system.
+
+``time_bindings(system)`` gives every hardware-side symbol the collective time formulas
+(``symbolic/collective_time.py``) read: NCCL's latencies, its per-generation bandwidth caps, the
+ring channels its topology search finds on the system's NVLink, the NIC bandwidth, NVLS
+availability. The group-side symbols (``msg_bytes``, ``ranks``, ``ranks_per_node``, ``nodes``,
+``nics_used``) are the caller's.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._system import GENERATIONS, HardwareSpecError, System, _positive_real
+
+__all__ = ["NcclTuning", "RingGraph", "nccl_tuning", "ring_graph", "time_bindings"]
+
+TUNING_FILE = Path(__file__).resolve().parent / "nccl_tuning.toml"
+
+_LATENCY_KEYS = (
+    "alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s",
+    "alpha_tree_ll_s", "alpha_tree_ll128_s", "alpha_tree_simple_s",
+    "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_simple_s",
+    "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s",
+    "hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s",
+    "hop_net_tree_ll_s", "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s",
+)
+_GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s",
+                        "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s",
+                        "intra_speeds_bytes_per_s")
+_GENERATION_OPTIONAL = ("nvls_efficiency",)
+
+#: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
+RING_MAX_CHANNELS = 32
+
+
+@dataclass(frozen=True)
+class NcclTuning:
+    """The constants of ``hardware/nccl_tuning.toml``: latencies (s) and per-generation tables (bytes/s)."""
+
+    latency: dict[str, float]
+    generations: dict[str, dict[str, object]]
+
+
+def _check(table: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    if not isinstance(table, dict):
+        raise HardwareSpecError(f"{where}: must be a table, got {table!r}")
+    for key in table:
+        if key not in required + optional:
+            raise HardwareSpecError(f"{where}.{key}: unknown key (value {table[key]!r})")
+    for key in required:
+        if key not in table:
+            raise HardwareSpecError(f"{where}.{key}: missing required key")
+    return table
+
+
+@functools.cache
+def nccl_tuning() -> NcclTuning:
+    """Read ``hardware/nccl_tuning.toml`` (once per process), checking every key and value.
+
+    Raises:
+        HardwareSpecError: a key is unknown or missing, or a number is not finite and > 0.
+    """
+    try:
+        data = tomllib.loads(TUNING_FILE.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise HardwareSpecError(f"{TUNING_FILE}: {exc}") from None
+    _check(data, "", ("latency", "generations"))
+    latency = {k: _positive_real(f"latency.{k}", v)
+               for k, v in _check(data["latency"], "latency", _LATENCY_KEYS).items()}
+    generations: dict[str, dict[str, object]] = {}
+    _check(data["generations"], "generations", GENERATIONS)
+    for gen in GENERATIONS:
+        table = _check(data["generations"][gen], f"generations.{gen}", _GENERATION_REQUIRED, _GENERATION_OPTIONAL)
+        out: dict[str, object] = {}
+        for key, value in table.items():
+            where = f"{TUNING_FILE.name}: generations.{gen}.{key}"
+            if key == "intra_speeds_bytes_per_s":
+                speeds = [_positive_real(where, v) for v in value]
+                if speeds != sorted(speeds, reverse=True) or not speeds:
+                    raise HardwareSpecError(f"{where}: must be a non-empty list, fastest first")
+                out[key] = tuple(speeds)
+            else:
+                out[key] = _positive_real(where, value)
+        generations[gen] = out
+    return NcclTuning(latency=latency, generations=generations)
+
+
+@dataclass(frozen=True)
+class RingGraph:
+    """NCCL's ring graph inside one NVSwitch node: channels and bandwidth per channel (bytes/s)."""
+
+    channels: int
+    channel_bw_bytes_per_s: float
+
+    @property
+    def bus_bw_bytes_per_s(self) -> float:
+        return self.channels * self.channel_bw_bytes_per_s
+
+
+def ring_graph(total_bw: float, speeds: tuple[float, ...], compute_capability: int) -> RingGraph:
+    """The ring channels search.cc finds on one NVSwitch node whose GPUs each have *total_bw* of NVLink.
+
+    search.cc (``ncclTopoCompute``): start at the fastest speed not above the GPU's NVLink bandwidth;
+    on a switch every ring channel uses each GPU's link once, so ``floor(total / speed)`` channels fit
+    (at most ``RING_MAX_CHANNELS``); lower speeds are tried while ``next / first > 0.49`` and the best
+    ``channels × speed`` is kept (the first on ties). Then ``ncclTopoDupChannels`` doubles the channels
+    at half the speed unless the speed is below 25 GB/s, or (compute capability > 80) below 50 GB/s with
+    more than four channels.
+    """
+    usable = [s for s in speeds if s <= total_bw] or [speeds[-1]]
+    first = usable[0]
+    best_channels, best_speed = 0, first
+    for speed in usable:
+        if speed / first <= 0.49:
+            break
+        channels = min(RING_MAX_CHANNELS, math.floor(total_bw / speed + 1e-9))
+        if channels * speed > best_channels * best_speed:
+            best_channels, best_speed = channels, speed
+    channels, speed = max(best_channels, 1), best_speed
+    keep = speed < 25e9 or (compute_capability > 80 and speed < 50e9 and channels > 4)
+    if not keep:
+        doubled = min(2 * channels, RING_MAX_CHANNELS)
+        speed /= math.ceil(doubled / channels)
+        channels = doubled
+    return RingGraph(channels, speed)
+
+
+def time_bindings(system: System) -> dict[str, float]:
+    """Values of the hardware-side symbols of ``symbolic/collective_time.py`` for *system*, by symbol name.
+
+    Raises:
+        HardwareSpecError: the system has no ``[gpu]`` table (A2, A3: the time model prices GPUs
+            through NCCL's model only).
+    """
+    if system.gpu is None:
+        raise HardwareSpecError(f"system {system.name!r} has no [gpu] table: the collective time model needs "
+                                "the GPU generation and NVLink links")
+    tuning = nccl_tuning()
+    gen = tuning.generations[system.gpu.generation]
+    nvlink_total = system.gpu.nvlink_links * float(gen["nvlink_link_bw_bytes_per_s"])  # type: ignore[arg-type]
+    speeds: tuple[float, ...] = gen["intra_speeds_bytes_per_s"]  # type: ignore[assignment]
+    ring = ring_graph(nvlink_total, speeds, system.gpu.compute_capability)
+    nvls = system.levels[0].nvls and "nvls_efficiency" in gen
+    out: dict[str, float] = dict(tuning.latency)
+    out.update({
+        "ring_channels": ring.channels,
+        "ring_channel_bw_bytes_per_s": ring.channel_bw_bytes_per_s,
+        "nvlink_nccl_bw_bytes_per_s": nvlink_total,
+        "ll_max_bw_bytes_per_s": gen["ll_max_bw_bytes_per_s"],
+        "ll128_channel_max_bw_bytes_per_s": gen["ll128_channel_max_bw_bytes_per_s"],
+        "tree_channel_max_bw_bytes_per_s": gen["tree_channel_max_bw_bytes_per_s"],
+        "tree_ll128_channel_max_bw_bytes_per_s": gen["tree_ll128_channel_max_bw_bytes_per_s"],
+        "nvls_channel_max_bw_bytes_per_s": next((s for s in speeds if s <= nvlink_total), speeds[-1]),
+        "nvls": 1.0 if nvls else 0.0,
+        # Unused where nvls = 0 (the NVLS candidate is then infinite); 1 keeps the symbol positive.
+        "nvls_efficiency": float(gen.get("nvls_efficiency", 1.0)),  # type: ignore[arg-type]
+        "nic_bw_bytes_per_s": system.levels[1].bandwidth_bytes_per_s,
+        "gpus_per_node": system.devices_per_node,
+        "nics_per_node": system.nics_per_node,
+    })
+    return out  # type: ignore[return-value]

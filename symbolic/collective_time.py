@@ -1,0 +1,292 @@
+"""Seconds of one collective call: NCCL's own cost model (α-β per algorithm and protocol) as closed forms.
+
+NCCL prices every (algorithm, protocol) pair of a collective as ``latency + bytes / bandwidth``
+(``src/graph/tuning.cc``, ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``; master 5067397, v2.30) and runs the
+cheapest (``src/enqueue.cc``, ``topoGetAlgoInfo``: the minimum predicted time). This module writes
+each candidate as a formula and the choice as ``Min`` over the candidates, so one closed form per
+collective gives the time of the algorithm NCCL would pick. The constants are symbols bound from
+``hardware/nccl_tuning.toml`` (tuning.cc's tables) and the catalog (per-generation channel counts and
+link bandwidths), never numbers fitted to measurements.
+
+Conventions (nccl-tests ``doc/PERFORMANCE.md``): ``msg_bytes`` is nccl-tests' size S (the whole
+buffer for all-reduce and broadcast; count × type size × ranks for all-gather, reduce-scatter and
+all-to-all), algbw = S / t, busbw = algbw × factor with factor 2(n − 1)/n for all-reduce, (n − 1)/n
+for all-gather, reduce-scatter and all-to-all, 1 for broadcast and send/recv. Bandwidths are bytes/s
+per direction, latencies seconds.
+
+How NCCL's model is followed, and where it is simplified (each is stated where it happens):
+
+* Ring bus bandwidth = ``ring_channels × ring_channel_bw`` (the channel search's outcome); across
+  nodes it is also bounded by the NICs the group drives, ``nics_used × nic_bw`` (every ring link
+  carries the bus volume, and the node's crossings share its NICs).
+* Protocol refinements of tuning.cc: Ring LL ``min(llMaxBw, 0.5 B)``; Ring LL128
+  ``min(0.92 B, channels × perChMaxRingLL128Bw)``; Tree all-reduce ``min(0.92 B, channels ×
+  perChMaxTreeBw)``, then LL ``min(/3.8, llMaxBw)`` and LL128 ``min(× 7/9 (one node) or 120/128,
+  channels × perChMaxTreeLL128Bw)``; bus → algorithm bandwidth ``× n / nsteps`` (ring, NVLS) or
+  ``× 0.5`` (tree).
+* Latencies: ring ``base + (nsteps − interSteps) · max(intraHop, netOverhead) + interSteps ·
+  netHop``; tree all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``;
+  NVLS ``hop_nvlink_nvls``. ``log2i`` (integer log) is relaxed to ``log2`` (equal on powers of two).
+* NVLS only inside one node (multi-node NVLS needs CollNet), only with ``nvls = 1`` (``src/transport/
+  nvls.cc``: NVLS needs multicast-capable NVSwitches). The NVLS graph has one channel per rank at
+  ``min(nvls_channel_max_bw, nvlink_nccl_bw / (n − 1))`` — the search's upper bound (search.cc raises
+  the total by n/(n − 1) for non-ring patterns); its speed-array rounding is dropped.
+* Not modelled: the tree's size-dependent ``treeCorrectionFactor``, the ring's multi-node plateau
+  factor, CollNet, PAT, NVLS-tree; all-to-all and send/recv, which NCCL runs as grouped point-to-point
+  operations its tuner does not price, use the ring constants of one step (stated below).
+* Hierarchical (intra-node, then inter-node): reduce-scatter inside the node, the collective on
+  ``1/ranks_per_node`` of the data across nodes (``ranks_per_node`` concurrent rings, each with its
+  share of the NICs), all-gather inside the node; a candidate only when the group spans nodes.
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy import Min, Piecewise
+
+from .formula import Formula
+from .symbols import symbol
+
+__all__ = ["FORMULAS"]
+
+_TUNING = "NCCL src/graph/tuning.cc (master 5067397, v2.30)"
+_S = symbol("msg_bytes")
+_N = symbol("ranks")
+_Q = symbol("ranks_per_node")
+_NODES = symbol("nodes")
+_PROTOCOLS = ("ll", "ll128", "simple")
+_MANY = sympy.oo  # a candidate that is not available: never the minimum
+
+
+def _sym(name: str) -> sympy.Symbol:
+    return symbol(name)
+
+
+def _nsteps(op: str, n: sympy.Expr) -> sympy.Expr:
+    """tuning.cc ``nsteps``: 2(n − 1) for all-reduce, n − 1 for all-gather / reduce-scatter, n otherwise."""
+    return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1}.get(op, n)
+
+
+def _inter_steps(op: str, nodes: sympy.Expr) -> sympy.Expr:
+    """tuning.cc ``nInterSteps``: ring steps that cross nodes (0 on one node)."""
+    return 2 * (nodes - 1) if op == "all_reduce" else nodes - 1
+
+
+def _ring_bus_simple(nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
+    """Bus bandwidth of the Simple ring: the channels' NVLink share, bounded by the NICs across nodes."""
+    intra = _sym("ring_channels") * _sym("ring_channel_bw_bytes_per_s")
+    return Piecewise((intra, nodes < 2), (Min(intra, nics * _sym("nic_bw_bytes_per_s")), True))
+
+
+def _ring_bus(proto: str, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
+    """tuning.cc "model refinements" of the ring's bus bandwidth per protocol."""
+    simple = _ring_bus_simple(nodes, nics)
+    if proto == "ll":
+        return Min(_sym("ll_max_bw_bytes_per_s"), simple / 2)
+    if proto == "ll128":
+        return Min(sympy.Rational(92, 100) * simple,
+                   _sym("ring_channels") * _sym("ll128_channel_max_bw_bytes_per_s"))
+    return simple
+
+
+def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
+    base = _sym(f"alpha_ring_{proto}_s")
+    intra = _sym(f"hop_nvlink_ring_{proto}_s")
+    # With one rank per node every step is exposed: tuning.cc uses the tree's network latency then.
+    net = Piecewise((_sym(f"hop_net_tree_{proto}_s"), sympy.Eq(q, 1)), (_sym(f"hop_net_ring_{proto}_s"), True))
+    overhead = _sym("net_overhead_s") * (3 if proto == "simple" else 1)
+    if op == "broadcast":
+        # tuning.cc: broadcast/reduce on a ring with the same channels add one hop to the base.
+        return base + Piecewise((intra, nodes < 2), (net, True))
+    steps = _nsteps(op, n)
+    crossing = _inter_steps(op, nodes)
+    multi = base + (steps - crossing) * sympy.Max(intra, overhead) + crossing * net
+    return Piecewise((base + steps * intra, nodes < 2), (multi, True))
+
+
+def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
+              nics: sympy.Expr) -> sympy.Expr:
+    """Seconds of *op* on a ring with protocol *proto* (tuning.cc: ``lat + bytes / algbw``)."""
+    # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
+    return _ring_latency(op, proto, n, q, nodes) + size * _nsteps(op, n) / (_ring_bus(proto, nodes, nics) * n)
+
+
+def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
+    """Seconds of an all-reduce on NCCL's double binary tree (chain inside the node)."""
+    channels = _sym("ring_channels")  # the tree graph is searched with the ring's channel count
+    bus = Min(sympy.Rational(92, 100) * _ring_bus_simple(nodes, nics),
+              channels * _sym("tree_channel_max_bw_bytes_per_s"))
+    if proto == "ll":
+        bus = Min(bus / sympy.Rational(38, 10), _sym("ll_max_bw_bytes_per_s"))
+    elif proto == "ll128":
+        factor = Piecewise((sympy.Rational(7, 9), nodes < 2), (sympy.Rational(120, 128), True))
+        bus = Min(bus * factor, channels * _sym("tree_ll128_channel_max_bw_bytes_per_s"))
+    latency = _sym(f"alpha_tree_{proto}_s") + 2 * (
+        (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _sym(f"hop_net_tree_{proto}_s"))
+    return latency + size / (bus / 2)
+
+
+def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
+    """Seconds on NVLink SHARP inside one node; ``oo`` where NVLS is not available.
+
+    tuning.cc: the NVLS graph has one channel per rank (search.cc: minChannels = maxChannels =
+    ranks on one node) at speed ``s``; ``intraBw = s · nvlsEfficiency · (n − 1)/n``, times 2 for
+    all-reduce (two pipelined operations) or ``(n − 1)/n`` for all-gather / reduce-scatter;
+    ``bw = min(intraBw, s)``; ``busBw = n · bw``; all-reduce converts with ``n / nsteps``, all-gather
+    and reduce-scatter keep ``busBw`` as algorithm bandwidth.
+    """
+    # Max(n − 1, 1): equal for every group NVLS serves (n >= 2), and defined at n = 1.
+    speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(n - 1, 1))
+    intra = speed * _sym("nvls_efficiency") * (n - 1) / n
+    if op == "all_reduce":
+        move = size * _nsteps(op, n) / (n * n * Min(2 * intra, speed))
+    else:
+        move = size / (n * Min(intra * (n - 1) / n, speed))
+    time = _sym("hop_nvlink_nvls_s") + move
+    available = sympy.And(_sym("nvls") > 0, n > 1, nodes < 2)
+    return Piecewise((time, available), (_MANY, True))
+
+
+def _best_ring(op: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
+               nics: sympy.Expr) -> sympy.Expr:
+    return Min(*(_ring_time(op, p, size, n, q, nodes, nics) for p in _PROTOCOLS))
+
+
+def _hierarchical(op: str) -> sympy.Expr:
+    """Intra-node reduce-scatter / all-gather around the collective across nodes; ``oo`` on one node."""
+    q, nodes = _Q, _NODES
+    one = sympy.Integer(1)
+    # Across nodes: ranks_per_node concurrent rings of `nodes` ranks, one rank per node each, every
+    # ring with its share of the node's NICs, each on 1/ranks_per_node of the data.
+    share = _sym("nics_used") / q
+    if op == "all_reduce":
+        inner = _best_ring("reduce_scatter", _S, q, q, one, one) + _best_ring("all_gather", _S, q, q, one, one)
+        outer = Min(_best_ring("all_reduce", _S / q, nodes, one, nodes, share),
+                    *(_tree_time(p, _S / q, one, nodes, share) for p in _PROTOCOLS))
+    else:
+        # All-gather: across nodes first (each rank gathers its peers' shards), then inside the node on
+        # the gathered data; reduce-scatter the mirror image. Both move S/q per rank inside the node.
+        inner = _best_ring(op, _S, q, q, one, one)
+        outer = _best_ring(op, _S / q, nodes, one, nodes, share)
+    return Piecewise((inner + outer, (nodes > 1) & (q > 1)), (_MANY, True))
+
+
+def _candidates(op: str) -> dict[str, sympy.Expr]:
+    out: dict[str, sympy.Expr] = {}
+    nics = _sym("nics_used")
+    for p in _PROTOCOLS:
+        out[f"ring_{p}"] = _ring_time(op, p, _S, _N, _Q, _NODES, nics)
+    if op == "all_reduce":
+        for p in _PROTOCOLS:
+            out[f"tree_{p}"] = _tree_time(p, _S, _Q, _NODES, nics)
+    if op in ("all_reduce", "all_gather", "reduce_scatter"):
+        out["nvls_simple"] = _nvls_time(op, _S, _N, _NODES)
+        out["hierarchical"] = _hierarchical(op)
+    return out
+
+
+def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
+    """All-to-all and send/recv: NCCL's grouped point-to-point, which its tuner does not price.
+
+    Priced with the ring constants of one step per protocol: base latency plus one NVLink step (one
+    network step across nodes); bandwidth the ring's bus bandwidth for that protocol. All-to-all sends
+    ``(q − 1)/n`` of S over NVLink and ``(n − q)/n`` through the NICs, concurrently; the slower side
+    sets the time. Send/recv moves S to one peer: NVLink inside a node, one NIC across nodes.
+    """
+    out: dict[str, sympy.Expr] = {}
+    nvlink_only = _NODES < 2
+    for p in _PROTOCOLS:
+        base = _sym(f"alpha_ring_{p}_s")
+        hop = Piecewise((_sym(f"hop_nvlink_ring_{p}_s"), nvlink_only), (_sym(f"hop_net_ring_{p}_s"), True))
+        intra = _ring_bus(p, sympy.Integer(1), sympy.Integer(1))
+        if op == "all_to_all":
+            # The node's ranks_per_node ranks send off-node at once and share its NICs.
+            share = _sym("nics_used") / _Q
+            inter = _ring_bus(p, sympy.Integer(2), share) if p != "simple" else share * _sym("nic_bw_bytes_per_s")
+            move = sympy.Max(_S * (_Q - 1) / _N / intra, _S * (_N - _Q) / _N / inter)
+        else:
+            inter = Min(intra, _sym("nic_bw_bytes_per_s"))
+            move = Piecewise((_S / intra, nvlink_only), (_S / inter, True))
+        out[f"p2p_{p}"] = base + hop + move
+    return out
+
+
+_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+
+_DOC = {
+    "all_reduce": "an all-reduce of S bytes",
+    "all_gather": "an all-gather whose gathered buffer is S bytes",
+    "reduce_scatter": "a reduce-scatter whose input buffer is S bytes",
+    "broadcast": "a broadcast of S bytes from one root",
+    "all_to_all": "an all-to-all whose per-rank send buffer is S bytes",
+    "send_recv": "one send/recv of S bytes to one peer",
+}
+
+_BUSBW_FACTOR = {
+    "all_reduce": 2 * (_N - 1) / _N,
+    "all_gather": (_N - 1) / _N,
+    "reduce_scatter": (_N - 1) / _N,
+    "all_to_all": (_N - 1) / _N,
+    "broadcast": sympy.Integer(1),
+    "send_recv": sympy.Integer(1),
+}
+
+_CANDIDATE_SOURCE = {
+    "ring": f"{_TUNING}: ring bandwidth refinements (lines 327-329), bus-to-algorithm ratio (lines 376-382), "
+            f"ring latency (lines 393-413), ncclTopoGetAlgoTime (line 653)",
+    "tree": f"{_TUNING}: tree bandwidth refinements (lines 330-336), bus-to-algorithm ratio 0.5 (lines 376-382), "
+            f"tree latency (lines 414-418)",
+    "nvls": f"{_TUNING}: NVLS bandwidth (lines 307-323), nvlsEfficiency (line 139), latency (lines 424-426); "
+            "src/graph/search.cc (NVLS channels = ranks, totalBw x n/(n-1), line 1168)",
+    "hierarchical": "intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data, "
+                    "intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its "
+                    "2-level form)",
+    "p2p": f"{_TUNING} ring constants for one step; nccl-tests doc/PERFORMANCE.md (alltoall busbw); NCCL runs "
+           "all-to-all and send/recv as grouped point-to-point, which ncclTopoTuneModel does not price",
+}
+
+
+def _name(op: str, algorithm: str, what: str, unit: str) -> str:
+    return f"collective_{op}_{algorithm}_{what}_{unit}"
+
+
+def _build() -> tuple[Formula, ...]:
+    out: list[Formula] = []
+    for op in _OPS:
+        cands = _p2p_candidates(op) if op in ("all_to_all", "send_recv") else _candidates(op)
+        if op == "broadcast":
+            cands = {k: v for k, v in cands.items() if k.startswith("ring_")}
+        for label, expr in cands.items():
+            family = label.split("_")[0]
+            out.append(Formula(
+                name=_name(op, label, "time", "s"), expr=expr, dimension="collective", algorithm=label, unit="s",
+                doc=f"Predicted seconds of {_DOC[op]} over `ranks` ranks with NCCL's {label.replace('_', ' ')} "
+                    f"(algorithm and protocol); infinite where the candidate is not available.",
+                source=_CANDIDATE_SOURCE[family]))
+        chosen = Min(*cands.values())
+        out.append(Formula(
+            name=_name(op, "nccl", "time", "s"), expr=chosen, dimension="collective", algorithm="nccl", unit="s",
+            doc=f"Predicted seconds of {_DOC[op]}: the fastest of the candidates "
+                f"({', '.join(cands)}), the way NCCL's tuner picks.",
+            source=f"{_TUNING} ncclTopoGetAlgoTime; NCCL src/enqueue.cc topoGetAlgoInfo (minimum "
+                   "predicted time over algorithms and protocols)"))
+        out.append(Formula(
+            name=_name(op, "nccl", "algbw", "bytes_per_s"), expr=_S / chosen, dimension="collective",
+            algorithm="nccl", unit="bytes/s",
+            doc=f"Algorithm bandwidth S / t of {_DOC[op]} at the predicted time, bytes/s (GB/s = 1e9 bytes/s).",
+            source="nccl-tests doc/PERFORMANCE.md: algbw = S / t"))
+        out.append(Formula(
+            name=_name(op, "nccl", "busbw", "bytes_per_s"), expr=_BUSBW_FACTOR[op] * _S / chosen,
+            dimension="collective", algorithm="nccl", unit="bytes/s",
+            doc=f"Bus bandwidth of {_DOC[op]}: algbw times nccl-tests' factor for this collective, bytes/s.",
+            source="nccl-tests doc/PERFORMANCE.md: busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n "
+                   "(all-gather, reduce-scatter, all-to-all), x 1 (broadcast, send/recv)"))
+        out.append(Formula(
+            name=_name(op, "nccl", "busbw_factor", "ratio"), expr=_BUSBW_FACTOR[op], dimension="collective",
+            algorithm="nccl", unit="1",
+            doc=f"nccl-tests' busbw / algbw factor of {_DOC[op].split(' of ')[0].split(' whose ')[0]} over `ranks` ranks.",
+            source="nccl-tests doc/PERFORMANCE.md"))
+    return tuple(out)
+
+
+FORMULAS: tuple[Formula, ...] = _build()
