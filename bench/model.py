@@ -1,42 +1,49 @@
-"""How fast does a searcher price whole layouts? Scalar per-layer walk vs the generated stage evaluator.
+"""How fast does a searcher price whole layouts? A per-layer walk against the one pricer, per model.
 
-On the same N random valid layouts of one dense model (default ``qwen3-72b``,
-FLOP path, no FSDP, the model file's recompute plan, device A2):
+On the same random valid layouts of each model (``qwen3-72b``, dense with
+GQA; ``deepseek-v3``, MoE with MLA and MTP; FLOP path, no FSDP, the model
+file's recompute plan, device A2), three ways are timed, alternated round by
+round so that a slow spell of the machine hits each alike:
 
-* ``scalar_walk``: the original's way (``estimate_from_mem_comm``, FORMULAS.md
-  §8): one layout at a time, lay out its stages (``build_stages``, which checks
-  the layout), derive its config (the rules of ``derive_fields`` on a batch of
-  one, without checking the layout a second time), then visit every layer of
-  every stage and add the per-layer DP, TP, EP and CP volumes computed in
-  plain Python floats, then convert each stage. Run on a subset
-  (``--walk-n``) and reported as a rate.
-* ``generated``: ``codegen.pricing.pricer.StagePricer`` on the N layouts as arrays:
-  from the arrays to the batch, every layout checked, the fields the
-  specialised coefficient sums read derived in NumPy, the sums evaluated by
-  generated code once per layout, the stages formed from per-pipeline weight
-  tables (see ``codegen/search.py``).
+* ``scalar_walk``: the original's way (``estimate_from_mem_comm``;
+  docs/model.md, "From a layer to a stage"): one layout at a time, visit every
+  layer of every stage and add its DP, TP, EP and CP volumes one call at a
+  time, then convert each stage (``codegen.reference.walk``, the reference
+  the tests hold the closed forms to). Each per-layer volume is the registered
+  formula as a plain-Python function of floats (``sympy.lambdify`` with the
+  ``math`` module), as the original computes in Python floats. Each layout's
+  config is derived before the clock starts, so the walk is timed for its
+  pricing alone (a favour to it). Run on a subset (``--walk-n``) and reported
+  as a rate, not gated.
+* ``generated``: ``codegen.pricing.pricer.StagePricer`` on all N layouts as
+  arrays, everything inside the clock: from the arrays to the batch, every
+  layout checked, the fields the generated stage terms read derived, the terms
+  evaluated, the stages formed, each layout's bottleneck and sum returned.
+* ``generated_n1000``: the same pricer called on chunks of 1,000 layouts, as a
+  searcher that prices as it enumerates would: what the per-call overhead
+  costs.
 
-Both ways check each layout once and return each layout's bottleneck stage.
-Before timing, their bottleneck values are compared on the subset (relative
-1e-9). The two are then timed in alternation, ``--repeat`` times each, and
-each rate is the median, so that a slow spell of the machine hits both alike.
-Prints a table, then one JSON line::
+Before timing, the bottleneck of every way is compared with the pricer's on the
+subset (relative 1e-9). Prints a table, then one JSON line::
 
-    {"n": N, "rates": {"scalar_walk": R, "generated": R}}
+    {"n": N, "rates": {"scalar_walk": R, "generated": R},
+     "models": {"qwen3-72b": {"scalar_walk": R, "generated": R, "generated_n1000": R}, "deepseek-v3": {…}}}
 
-with rates in layouts per second.
+with rates in layouts per second (``rates`` repeats qwen3-72b).
 
-Usage: ``python3 bench/model.py [--n 1000000] [--walk-n 300] [--repeat 5] [--model qwen3-72b] [--seed 0]``
+Usage: ``python3 bench/model.py [--n 1000000] [--walk-n 50] [--repeat 5] [--seed 0]``
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,162 +51,126 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from codegen.configs.layouts import Layout, LayoutBatch, build_stages, derive_fields_batch, parse_layout  # noqa: E402
+from codegen.configs.layouts import LayoutBatch, build_stages, derive_fields, validate_batch  # noqa: E402
 from codegen.configs.models import ModelConfig, load_model  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
+from codegen.reference.walk import walk  # noqa: E402
 
-DEVICE_PER_NODE = 8  # A2's level-0 bound, what the original's conversion divides by
+MODELS = ("qwen3-72b", "deepseek-v3")
+CHUNK = 1000
 
-
-# ----------------------------------------------------------------- the scalar walk, in the original's style
-
-def _params_dense_standard(c: dict) -> float:
-    """EvalBody.num_params_layer for a dense layer with standard (non-MLA) attention: P_ne."""
-    head = c["dh"] or c["h"] / c["a"]
-    d_q = c["a"] * head
-    q = 2 if c["attn_output_gate"] else 1
-    quarter = c["n_attMM"] / 4
-    qkv_bias = 1 if c["qkv_bias"] else 0
-    attn = (quarter * (q * c["h"] * d_q + qkv_bias * q * d_q)
-            + quarter * (c["h"] * d_q + (c["h"] if c["o_bias"] else 0))
-            + 2 * quarter * (c["h"] * c["n_kv"] * head + qkv_bias * c["n_kv"] * head)
-            + c["attn_extra_p"])
-    vectors = c["layer_norms"] * (2 if c["norm_bias"] else 1)
-    norm = vectors * c["h"] + c["n_qknorm"] * 2 * head
-    bias = ((c["n_ffMM"] - 1) * c["hff"] + c["h"]) if c["mlp_bias"] else 0
-    ffn = (c["n_exp"] + c["n_shared_exp"]) * (c["n_ffMM"] * c["hff"] * c["h"] + bias)
-    return attn + norm + ffn
-
-
-def _dp_layer(c: dict) -> float:
-    p = _params_dense_standard(c)
-    if c["comm_d_non_exp"] == 2:
-        return p / (c["cp"] * c["t"]) + p / c["t"]
-    if c["comm_d_non_exp"] == 3:
-        return p / c["t"]
-    return 0.0
-
-
-def _tp_layer(c: dict, node: str) -> float:
-    kept = 1 if node != "SEL_REC_LAYER" else c["rec_op"]["gather"]
-    quarter = c["n_gather"] / 4
-    volume = quarter * c["s"] * c["b"] * c["h"] + quarter * c["s"] * c["b"] * c["hff"]
-    return kept * c["comm_t"] * volume / c["cp"]
-
-
-def _cp_layer(c: dict) -> float:
-    cp = c["cp"]
-    if cp <= 1:
-        return 0.0
-    t = max(1, c["t"])
-    if c["n_kv"] < c["a"]:
-        heads = min(c["n_kv"] if c["n_kv"] > 0 else c["a"], c["a"])
-        width = heads * c["dh"] / t
-    else:
-        width = c["h"] / t
-    return 2 * (cp - 1) / cp * c["s"] * c["b"] * 2 * width * c["bytes_compute"]
-
-
-def one_layout_fields(model: ModelConfig, layout: Layout) -> dict:
-    """``derive_fields(model, layout)`` without its check of the layout: ``build_stages`` checks it.
-
-    The same rules on a batch of one, as ``derive_fields`` runs them, read back as floats.
-    Checking each layout once, as the generated path does, keeps the comparison fair.
-    """
-    fields = derive_fields_batch(model, LayoutBatch.from_layouts([layout]), validated=True)
-    return {name: float(value[0]) if isinstance(value, np.ndarray) else value for name, value in fields.items()}
-
-
-def scalar_walk(model: ModelConfig, layout: Layout) -> float:
-    """The bottleneck stage's total of one layout, walked layer by layer (dense model, ep = 1, FLOP path)."""
-    stages = build_stages(model, layout)  # checks the layout
-    c = one_layout_fields(model, layout)
-    n_lay, seen = int(c["n_lay"]), 0
-    worst = 0.0
-    for stage in stages:  # one chunk per stage here (vp = 1), so model order is stage order
-        dp = tp = cp = 0.0
-        for chunk in stage:
-            for layer in chunk:
-                node = layer
-                body = layer not in ("EMBEDDING_LAYER", "OUTPUT_LAYER")
-                if body and seen < n_lay:
-                    node = "NOT_REC_LAYER"
-                    dp += _dp_layer(c)
-                if body:
-                    seen += 1
-                    cp += _cp_layer(c)
-                tp += _tp_layer(c, node)
-        tp *= max(1, int(c["t"]) // DEVICE_PER_NODE) * (1 - c["comm_tp_overlap"])
-        cp *= max(1, int(c["cp"]) // DEVICE_PER_NODE)
-        dp *= 1 - c["comm_dp_overlap"]
-        worst = max(worst, dp + tp + cp)
-    return worst
-
-
-# ----------------------------------------------------------------- layouts
 
 def random_layouts(model: ModelConfig, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """N random layouts that the model admits (t divides heads and KV heads, p at most the layers)."""
-    ts = np.array([t for t in (1, 2, 4, 8) if model.a % t == 0 and (model.n_kv % t == 0 or t % model.n_kv == 0)])
-    ps = np.array([p for p in (1, 2, 4, 8, 16) if p <= model.n_lay])
-    return {
-        "d": rng.choice([1, 2, 4, 8, 16, 32, 64], n),
-        "t": rng.choice(ts, n),
-        "p": rng.choice(ps, n),
-        "cp": rng.choice([1, 2, 4, 8, 16], n),
-        "m": rng.integers(1, 257, n),
-        "b": rng.choice([1, 2, 4], n),
-    }
+    """N random layouts the model admits, drawn from powers of two and kept when valid."""
+    out: dict[str, list[np.ndarray]] = {}
+    have = 0
+    while have < n:
+        k = 2 * (n - have) + 64
+        draw = {
+            "d": rng.choice([1, 2, 4, 8, 16, 32, 64], k),
+            "t": rng.choice([1, 2, 4, 8], k),
+            "p": rng.choice([1, 2, 4, 8, 16], k),
+            "cp": rng.choice([1, 2, 4, 8, 16], k),
+            "m": rng.integers(1, 257, k),
+            "b": rng.choice([1, 2, 4], k),
+        }
+        if model.is_moe:
+            draw["ep"] = rng.choice([1, 2, 4, 8, 16, 32], k)
+        keep = validate_batch(model, LayoutBatch.from_arrays(model.layout, **draw))
+        for key, values in draw.items():
+            out.setdefault(key, []).append(values[keep])
+        have += int(keep.sum())
+    return {key: np.concatenate(parts)[:n] for key, parts in out.items()}
 
 
-def _seconds(fn) -> float:
+def plain_python_walk() -> None:
+    """Point the reference adapters at plain-Python float versions of the registered formulas.
+
+    The adapters price one layer per call through ``codegen.kernels.evaluator`` (NumPy on one
+    number, which costs microseconds per call); the original computes in Python floats, so the
+    baseline does too.
+    """
+    import sympy
+
+    from codegen.reference import adapters
+    from symbolic import registry
+
+    @functools.cache
+    def plain(name: str) -> Callable[..., float]:
+        formula = registry.get(name)
+        symbols = sorted(formula.expr.free_symbols, key=lambda s: s.name)
+        function = sympy.lambdify(symbols, formula.expr, modules="math")
+        names = [s.name for s in symbols]
+        return lambda **values: function(*(values[n] for n in names))
+
+    for module in vars(adapters).values():
+        if hasattr(module, "evaluator"):
+            module.evaluator = plain
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=1_000_000, help="layouts for the generated evaluator")
-    ap.add_argument("--walk-n", type=int, default=300, help="layouts for the scalar walk (a subset)")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--model", default="qwen3-72b")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-
-    model = load_model(args.model)
-    if model.is_moe:
-        raise SystemExit(f"--model: the scalar walk here covers dense models; {args.model} routes to experts")
-    rng = np.random.default_rng(args.seed)
-    arrays = random_layouts(model, args.n, rng)
+def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict[str, float]:
+    model = load_model(name)
+    arrays = random_layouts(model, n, np.random.default_rng(seed))
     pricer = StagePricer(model, device="A2")
+    chunks = [{key: values[start:start + CHUNK] for key, values in arrays.items()} for start in range(0, n, CHUNK)]
+    k = min(walk_n, n)
+    batch = LayoutBatch.from_arrays(model.layout, **{key: values[:k] for key, values in arrays.items()})
+    cases = []
+    for i in range(k):
+        layout = batch.layout(i)
+        cases.append({**derive_fields(model, layout), "stages": build_stages(model, layout), "device": "A2",
+                      "ttype": "FLOP", "mode": "plain"})
+
+    def scalar_walk() -> np.ndarray:
+        return np.array([max(walk(case)["totals"]) for case in cases])
 
     def generated() -> np.ndarray:
         return pricer(**arrays).bottleneck
 
-    want = generated()  # also compiles the coefficient evaluators before timing
-    k = min(args.walk_n, args.n)
-    subset = [_layout(model, {key: int(arrays[key][i]) for key in arrays}) for i in range(k)]
-    walked = np.array([scalar_walk(model, lay) for lay in subset])
-    np.testing.assert_allclose(walked, want[:k], rtol=1e-9, err_msg="scalar walk and generated disagree")
+    def generated_n1000() -> None:
+        for chunk in chunks:
+            pricer(**chunk)
 
-    walks, gens = [], []
-    for _ in range(args.repeat):  # alternately, so that both ways see the same state of the machine
-        walks.append(_seconds(lambda: [scalar_walk(model, lay) for lay in subset]))
-        gens.append(_seconds(generated))
-    rates = {"scalar_walk": k / statistics.median(walks), "generated": args.n / statistics.median(gens)}
-    print(f"model {args.model}, {args.n:,} random layouts (scalar walk on {k:,} of them), device A2, FLOP path")
-    print(f"{'way':<12} {'layouts/s':>16}")
-    for way, rate in rates.items():
-        print(f"{way:<12} {rate:>16,.0f}")
-    print(f"generated / scalar_walk: {rates['generated'] / rates['scalar_walk']:,.0f}x")
-    print(json.dumps({"n": args.n, "rates": {w: round(r, 1) for w, r in rates.items()}}))
+    want = generated()
+    np.testing.assert_allclose(scalar_walk(), want[:k], rtol=1e-9, err_msg=f"{name}: the walk and the pricer disagree")
+    np.testing.assert_allclose(np.concatenate([pricer(**chunk).bottleneck for chunk in chunks]), want, rtol=0,
+                               err_msg=f"{name}: chunked and whole calls disagree")
+    ways = {"scalar_walk": (scalar_walk, k), "generated": (generated, n), "generated_n1000": (generated_n1000, n)}
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(repeat):  # alternately, so that every way sees the same state of the machine
+        for way, (fn, _count) in ways.items():
+            times[way].append(_seconds(fn))
+    return {way: count / statistics.median(times[way]) for way, (_fn, count) in ways.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1_000_000, help="layouts per model for the pricer")
+    ap.add_argument("--walk-n", type=int, default=50, help="layouts for the scalar walk (a subset)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    plain_python_walk()
+    models = {name: _model_rates(name, args.n, args.walk_n, args.repeat, args.seed) for name in MODELS}
+    print(f"{args.n:,} random valid layouts per model (scalar walk on {min(args.walk_n, args.n):,}), device A2, "
+          f"FLOP path; layouts per second, median of {args.repeat} alternated rounds")
+    print(f"{'model':<12} {'scalar_walk':>14} {'generated':>14} {'generated_n1000':>16} {'n1000/n':>8} {'gen/walk':>9}")
+    for name, rates in models.items():
+        print(f"{name:<12} {rates['scalar_walk']:>14,.0f} {rates['generated']:>14,.0f} "
+              f"{rates['generated_n1000']:>16,.0f} {rates['generated_n1000'] / rates['generated']:>8.2f} "
+              f"{rates['generated'] / rates['scalar_walk']:>9,.0f}")
+    first = models[MODELS[0]]
+    print(json.dumps({"n": args.n,
+                      "rates": {"scalar_walk": round(first["scalar_walk"], 1), "generated": round(first["generated"], 1)},
+                      "models": {name: {w: round(r, 1) for w, r in rates.items()} for name, rates in models.items()}}))
     return 0
-
-
-def _layout(model: ModelConfig, values: dict[str, int]) -> Layout:
-    text = ",".join(f"{k}={v}" for k, v in values.items())
-    return parse_layout(text, model.layout)
 
 
 if __name__ == "__main__":
