@@ -30,6 +30,14 @@ __all__ = ["BLOCK", "Call", "reals", "namespace", "floats", "broadcast"]
 BLOCK = 16384
 
 
+def _array(function: str, name: str, value: object) -> numpy.ndarray:
+    try:
+        return numpy.asarray(value, dtype=numpy.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{function}: argument {name} must be a number or an array of numbers, "
+                        f"got {value!r}") from None
+
+
 class Call:
     """One call of a generated function: its arguments as arrays and the output to fill.
 
@@ -49,19 +57,10 @@ class Call:
 
     def __init__(self, function: str, names: tuple[str, ...], values: tuple[object, ...], *,
                  reals: int, masks: int) -> None:
-        arrays: list = []
-        shapes = []
-        for name, value in zip(names, values):
-            if isinstance(value, float):  # one number (a model's field, most often): no array to make
-                arrays.append(value)
-                continue
-            try:
-                array = numpy.asarray(value, dtype=numpy.float64)
-            except (TypeError, ValueError):
-                raise TypeError(f"{function}: argument {name} must be a number or an array of numbers, "
-                                f"got {value!r}") from None
-            arrays.append(array)
-            shapes.append(array.shape)
+        # One number (a model's field, most often) stays a float: no array to make.
+        arrays = [value if isinstance(value, float) else _array(function, name, value)
+                  for name, value in zip(names, values)]
+        shapes = [a.shape for a in arrays if not isinstance(a, float)]
         try:
             shape = numpy.broadcast_shapes(*shapes)
         except ValueError:
@@ -104,13 +103,8 @@ def reals(function: str, names: tuple[str, ...], values: tuple[object, ...]) -> 
     Raises:
         TypeError: naming the argument when a value is not numeric (as ``Call`` does).
     """
-    out = []
-    for name, value in zip(names, values):
-        try:
-            out.append(numpy.float64(value) if isinstance(value, float) else numpy.asarray(value, dtype=numpy.float64))
-        except (TypeError, ValueError):
-            raise TypeError(f"{function}: argument {name} must be a number or an array of numbers, "
-                            f"got {value!r}") from None
+    out = [numpy.float64(value) if isinstance(value, float) else _array(function, name, value)
+           for name, value in zip(names, values)]
     return tuple(out)
 
 

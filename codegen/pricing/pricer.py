@@ -315,7 +315,7 @@ class StagePricer:
             block = batch.subset(rows) if n > _BLOCK else batch
             pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
-            values = self._values(block, {a for group in sums.names for name in group for a in _arguments(name)})
+            values = self._values(block, _needed(sums))
             evaluated = evaluate_terms((name for group in sums.names for name in group), values)
             parts = [_add([evaluated[name] for name in group]) for group in sums.names]
             _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
@@ -387,7 +387,7 @@ class StagePricer:
                 self._counts[key] = None  # no valid layout has this pipeline
         return self._counts[key]
 
-    def _values(self, batch: LayoutBatch, needed: set[str]) -> dict[str, Any]:
+    def _values(self, batch: LayoutBatch, needed: frozenset[str] | set[str]) -> dict[str, Any]:
         """The terms' arguments *needed* for the layouts of *batch*: shared ones as numbers, the rest arrays."""
         key = frozenset(needed)
         fields = self._fields.get(key)
@@ -420,6 +420,12 @@ class StagePricer:
             for name, value in stage_outputs(terms, picked, counts, outputs, wrt=wrt).items():
                 stages[name][rows, :p] = value
         return stages
+
+
+@functools.lru_cache(maxsize=64)
+def _needed(sums: _Sums) -> frozenset[str]:
+    """The arguments the term groups read."""
+    return frozenset(a for group in sums.names for name in group for a in _arguments(name))
 
 
 @functools.cache
