@@ -28,9 +28,9 @@ a parallel degree      ``2**20``        ~10^6 ranks along one axis, beyond any m
 os)
 devices d·t·cp·p       ``2**30``        ~10^9 devices; every product of degrees the rules form
                                         (d·t·cp·etp·ep at most) stays below 2**63
-layers n_lay + n_mtp   ``2**14``        the stage walk builds a list per layer and a table per
-(and offsets, full                      pipeline depth (p ≤ layers): 16384 layers keep it to a
-recompute counts)                       fraction of a second and a few MB
+layers n_lay + n_mtp   ``2**10``        8x the deepest published model; the pricer builds a table
+(and offsets, full                      per pipeline depth up to p (p ≤ layers), quadratic in p:
+recompute counts)                       p = 1024 prices in seconds, p = 16384 would take hours
 any other whole        ``2**32``        sizes (s, h, hff, v, head widths), heads, experts,
 number of a model or                    micro-batches m and b: the largest product an evaluator
 layout                                  forms (about ten such factors) stays below 2**330 ≪ 1e308
@@ -83,7 +83,7 @@ DEGREE_MAX = 1 << 20
 #: Largest device count d·t·cp·p of a layout.
 DEVICES_MAX = 1 << 30
 #: Largest layer count (body plus MTP layers), offset or recompute count.
-LAYERS_MAX = 1 << 14
+LAYERS_MAX = 1 << 10
 #: Largest other whole number of a model or a layout (sizes, heads, experts, micro-batches).
 COUNT_MAX = 1 << 32
 #: Largest magnitude of any input of ``evaluate`` (whole numbers exact in float64).

@@ -432,7 +432,7 @@ data: {max_seq_len: 2048}
     ("- 1\n- 2\n", "the file must hold a mapping with a 'model' section, got list"),
     ("data: {max_seq_len: 4}\n", "model: required section is missing"),
     (GOOD.replace("hidden_size: 1024, ", ""), "model.config_overrides.hidden_size: required key is missing"),
-    (GOOD.replace("hidden_size: 1024", "hidden_size: 0"), "model.config_overrides.hidden_size: must be >= 1, got 0"),
+    (GOOD.replace("hidden_size: 1024", "hidden_size: 0"), "model.config_overrides.hidden_size: must be a whole number >= 1, got 0"),
     (GOOD.replace("hidden_size: 1024", "hidden_size: 10.5"),
      "model.config_overrides.hidden_size: must be a whole number, got 10.5"),
     (GOOD.replace("vocab_size: 32000", "vocab_size: 32000, bad-key: 1"),
