@@ -18,7 +18,7 @@ the value and the rule it breaks. Nothing is wrapped, truncated or silently conv
 * results are checked too: :func:`finite` turns an infinite or NaN result into an error
   naming what overflowed, and :func:`json_text` writes only valid JSON.
 
-Bounds, and why (docs/model.md holds the same table):
+Bounds, and why (docs/model.md, "Input bounds", holds the same table):
 
 =====================  ===============  ==========================================================
 what                   bound            reason
