@@ -163,3 +163,14 @@ def test_plot_writes_exactly_the_path_given_and_says_so(capsys, tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.SVG"]
     assert main(["sensitivity", *LLAMA, "--degrees", "t", "--plot", str(path), "--json"]) == 0
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote {path} (replaced the existing file)"
+
+
+def test_derive_reads_numbers_and_algorithms_as_eval_does(capsys):
+    assert "levels: a hierarchy of 1 to 3 levels" in _error(capsys, ["derive", "estimate_comm_score", "--levels", "٢"])
+    assert "cp_algo: unknown CP algorithm 'hybird'" in _error(capsys, ["derive", "cp_traffic", "--algo", "hybird",
+                                                                      "--attention", "gqa"])
+    assert "cp_algo: unknown CP algorithm 'hybird'" in _error(capsys, ["eval", *LLAMA, "--layout", "cp_algo=hybird"])
+    for alias in ("hybird_cp", "hybrid"):  # the original's misspelling and the short name: both, everywhere
+        assert main(["derive", "cp_traffic", "--algo", alias, "--attention", "gqa"]) == 0
+        assert main(["eval", *LLAMA, "--layout", f"cp_algo={alias}"]) == 0
+    capsys.readouterr()
