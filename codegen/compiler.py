@@ -14,9 +14,15 @@ in its sub-package: ``fused/`` for numba. Every backend renders the same
 formulas from the same lowering through its own printer and templates.
 
 The compiler owns the whole output directory except ``__pycache__``: a
-file there that it would not write is stale. ``write_tree`` renders nothing
-itself; it writes the files into a temporary directory beside the target and
-then swaps the two, so a failure at any point leaves the old tree as it was.
+file there that it would not write is stale. It never takes a directory it
+did not make: ``write_tree`` writes only into a missing or empty directory,
+or one holding its marker file ``.symcost-generated`` (a line saying so, then
+the files it wrote), and removes only files that marker lists; a regular
+file, a directory of other files, or a stale file the marker does not list is
+refused (:class:`OutputDirectoryError`) before anything is written.
+``write_tree`` renders nothing itself; it writes the files into a temporary
+directory beside the target and then swaps the two, so a failure at any point
+leaves the old tree as it was.
 ``compare_tree`` is ``symcost compile --check``: unified diffs, missing and
 stale files.
 """
@@ -42,6 +48,10 @@ from .render import COMMAND, environment, header
 __all__ = [
     "BLOCK",
     "DEFAULT_DIRECTORY",
+    "MARKER",
+    "MARKER_LINE",
+    "OutputDirectoryError",
+    "check_output_directory",
     "TreeDiff",
     "render_tree",
     "compare_tree",
@@ -57,6 +67,64 @@ BLOCK = 16384
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "generated"
 
 _IGNORED_DIRS = frozenset({"__pycache__"})
+
+#: The file by which ``write_tree`` recognises a directory it wrote; its first line is :data:`MARKER_LINE`,
+#: then the relative paths it wrote, one a line. ``read_tree`` and ``compare_tree`` leave it out.
+MARKER = ".symcost-generated"
+MARKER_LINE = ("This directory is written by `symcost compile`, which replaces the files listed below "
+               "when it runs again; do not edit them.")
+
+
+class OutputDirectoryError(ValueError):
+    """An output directory the compiler will not write into: it would replace files it did not write."""
+
+
+def _marker_text(paths: Iterable[str]) -> str:
+    return MARKER_LINE + "\n" + "".join(f"{p}\n" for p in sorted(paths))
+
+
+def _owned(directory: Path) -> set[str] | None:
+    """The files *directory*'s marker says the compiler wrote, or ``None`` where there is no valid marker."""
+    marker = directory / MARKER
+    try:
+        lines = marker.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not lines or lines[0] != MARKER_LINE:
+        return None
+    return set(lines[1:])
+
+
+def check_output_directory(directory: str | Path) -> None:
+    """Refuse a *directory* that ``write_tree`` may not replace (see the module docstring).
+
+    Raises:
+        OutputDirectoryError: naming the directory and why.
+    """
+    if str(directory) == "":
+        raise OutputDirectoryError("output directory: the path is empty; name a new or empty directory")
+    directory = Path(directory)
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise OutputDirectoryError(f"{directory}: exists and is not a directory; refusing to replace it "
+                                   f"(name a new or empty directory)")
+    if not directory.exists():
+        return
+    if directory.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
+        raise OutputDirectoryError(f"{directory}: is the working directory or one of its parents; refusing to "
+                                   f"replace it (name a new or empty directory)")
+    if not any(directory.iterdir()):
+        return
+    owned = _owned(directory)
+    if owned is None:
+        raise OutputDirectoryError(f"{directory}: not empty and not written by symcost compile (no {MARKER} "
+                                   f"marker); refusing to replace its files (name a new or empty directory)")
+    foreign = sorted(set(read_tree(directory)) - owned)
+    foreign += sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
+                      if p.is_dir() and not p.name in _IGNORED_DIRS and not any(p.iterdir()))
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise OutputDirectoryError(f"{directory}: holds {directory / foreign[0]}{more}, which symcost compile did "
+                                   f"not write; move it away first, nothing was written")
 _RESERVED_MODULES = frozenset({"__init__", "_runtime"})
 
 
@@ -175,6 +243,8 @@ def read_tree(directory: str | Path) -> dict[str, str]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _IGNORED_DIRS)
         for name in sorted(filenames):
+            if name == MARKER and Path(dirpath) == root:
+                continue
             path = Path(dirpath) / name
             out[path.relative_to(root).as_posix()] = path.read_bytes().decode("utf-8", errors="replace")
     return out
@@ -224,13 +294,21 @@ def compare_tree(files: Mapping[str, str], directory: str | Path) -> TreeDiff:
 def write_tree(files: Mapping[str, str], directory: str | Path) -> TreeDiff:
     """Make *directory* hold exactly *files*; returns what differed before (nothing is written if nothing did).
 
-    All files go to a temporary directory beside *directory*, which then
-    replaces it; until that swap the old tree is untouched, and a failed swap
-    puts it back. ``__pycache__`` is not carried over.
+    *directory* must be missing, empty, or written by an earlier ``write_tree`` (its marker
+    lists every file it holds): :func:`check_output_directory`. All files, and the marker,
+    go to a temporary directory beside *directory*, which then replaces it; until that swap
+    the old tree is untouched, and a failed swap puts it back. ``__pycache__`` is not carried
+    over.
+
+    Raises:
+        OutputDirectoryError: a directory the compiler did not write, before anything is written.
     """
+    if MARKER in files:
+        raise CodegenError(f"{MARKER}: the compiler's marker cannot be one of the rendered files")
+    check_output_directory(directory)
     directory = Path(directory)
     diff = compare_tree(files, directory)
-    if diff.ok:
+    if diff.ok and _owned(directory) == set(files):
         return diff
     parent = directory.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -242,6 +320,7 @@ def write_tree(files: Mapping[str, str], directory: str | Path) -> TreeDiff:
             target = staging / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(text.encode("utf-8"))
+        (staging / MARKER).write_text(_marker_text(files), encoding="utf-8")
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the tree is ordinary source
         if directory.exists():
             backup = parent / f".{directory.name}.old-{staging.name.rsplit('-', 1)[-1]}"

@@ -1,30 +1,346 @@
-"""Checks on numeric inputs, by the symbols' declarations: clear errors naming the field and the value."""
+"""The one input gate: every number that enters symcost is checked here, the same way from every entry point.
+
+The command line (``--layout``, ``--devices``), model files (YAML), reference case files,
+the Python API (``Layout``, ``LayoutBatch.from_arrays``, ``StagePricer(...)(d=...)``) and
+``codegen.kernels.evaluate`` all hand their numbers to these functions, which raise one
+:class:`InputError` (a ``ValueError``; callers may ask for their own subclass) naming the field,
+the value and the rule it breaks. Nothing is wrapped, truncated or silently converted:
+
+* whole numbers from text are ASCII digits only (``int("٨")`` is 8 in Python; here it is an
+  error), from Python only ``int`` and NumPy integers (and, where a file format writes ``1e3``,
+  floats without a fraction); ``bool``, ``str``, ``None`` are never numbers;
+* arrays are converted by their dtype: signed and unsigned integers are range-checked as
+  exact integers before any cast (a ``uint64`` 2**64-1 is rejected, not read as -1), floats
+  must be finite (and whole where whole numbers are asked for), booleans, strings and
+  objects other than Python integers are rejected;
+* products of degrees (the device count d·t·cp·p) are checked in exact integers, or in
+  float64 against a bound far below 2**53, never in int64 that could wrap;
+* results are checked too: :func:`finite` turns an infinite or NaN result into an error
+  naming what overflowed, and :func:`json_text` writes only valid JSON.
+
+Bounds, and why (docs/model.md, "Input bounds", holds the same table):
+
+=====================  ===============  ==========================================================
+what                   bound            reason
+=====================  ===============  ==========================================================
+a parallel degree      ``2**20``        ~10^6 ranks along one axis, beyond any machine; products of
+(d t p cp ep etp vp                     two degrees stay below 2**40, exact in int64 and float64
+os)
+devices d·t·cp·p       ``2**30``        ~10^9 devices; every product of degrees the rules form
+                                        (d·t·cp·etp·ep at most) stays below 2**63
+layers n_lay + n_mtp   ``2**10``        8x the deepest published model; the pricer builds a table
+(and offsets, full                      per pipeline depth up to p (p ≤ layers), quadratic in p:
+recompute counts)                       p = 1024 prices in seconds, p = 16384 would take hours
+any other whole        ``2**32``        sizes (s, h, hff, v, head widths), heads, experts,
+number of a model or                    micro-batches m and b: the largest product an evaluator
+layout                                  forms (about ten such factors) stays below 2**330 ≪ 1e308
+any input of           ``2**53``        whole numbers stay exact in float64; a formula whose
+``evaluate``           (degrees and     result still overflows is reported by :func:`finite`
+                       layers as above)
+=====================  ===============  ==========================================================
+
+This module stays free of SymPy: it reads ``symbolic.symbols.SPECS``, plain data.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping
+import json
+import math
+import re
+from typing import Any, Mapping
 
 import numpy as np
 
 from symbolic.symbols import SPECS
 
-__all__ = ["InputError", "check_inputs"]
+__all__ = [
+    "COUNT_MAX",
+    "DEGREE_FIELDS",
+    "DEGREE_MAX",
+    "DEVICES_MAX",
+    "InputError",
+    "LAYERS_MAX",
+    "LAYER_FIELDS",
+    "VALUE_MAX",
+    "bound",
+    "check_devices",
+    "check_inputs",
+    "finite",
+    "flag",
+    "int_array",
+    "json_text",
+    "parse_whole",
+    "whole",
+]
 
 
 class InputError(ValueError):
     """A value that no valid configuration has."""
 
 
-def _first_bad(values: np.ndarray, bad: np.ndarray) -> float:
-    return float(values[bad].flat[0]) if values.ndim else float(values)
+#: Largest parallel degree along one axis.
+DEGREE_MAX = 1 << 20
+#: Largest device count d·t·cp·p of a layout.
+DEVICES_MAX = 1 << 30
+#: Largest layer count (body plus MTP layers), offset or recompute count.
+LAYERS_MAX = 1 << 10
+#: Largest other whole number of a model or a layout (sizes, heads, experts, micro-batches).
+COUNT_MAX = 1 << 32
+#: Largest magnitude of any input of ``evaluate`` (whole numbers exact in float64).
+VALUE_MAX = float(1 << 53)
+
+#: Fields (layout keys and symbols) that are parallel degrees: bounded by :data:`DEGREE_MAX`.
+DEGREE_FIELDS = frozenset({"d", "t", "p", "cp", "ep", "etp", "vp", "os", "t_exp", "d_exp", "sp", "os_max_shard"})
+#: Fields that count layers: bounded by :data:`LAYERS_MAX`.
+LAYER_FIELDS = frozenset({"n_lay", "n_mtp", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec",
+                          "n_embedding", "n_output", "layers"})
+
+_WHY = {DEGREE_MAX: "the largest parallel degree symcost prices",
+        DEVICES_MAX: "the largest device count symcost prices",
+        LAYERS_MAX: "the largest layer count symcost prices",
+        COUNT_MAX: "the largest size or count symcost prices",
+        VALUE_MAX: "the largest input symcost evaluates (whole numbers exact in float64)"}
+
+_ASCII_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def bound(field: str) -> int | float:
+    """The upper bound of *field* (a layout key, a model field or a symbol), by the table above."""
+    if field in DEGREE_FIELDS:
+        return DEGREE_MAX
+    if field in LAYER_FIELDS:
+        return LAYERS_MAX
+    return COUNT_MAX
+
+
+def _show(value: object) -> str:
+    """*value* for a message: a number of many digits is shortened to its size."""
+    text = repr(value)
+    if isinstance(value, int) and len(text) > 24:
+        return f"{text[:8]}… (a {len(text.lstrip('-'))}-digit number)"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _bound_text(maximum: int | float) -> str:
+    exponent = math.log2(maximum) if maximum > 0 else 0
+    name = f"2**{int(exponent)}" if exponent.is_integer() else f"{maximum:g}"
+    why = _WHY.get(maximum)
+    return f"{name} = {int(maximum):,}" + (f", {why}" if why else "")
+
+
+def _range(field: str, value: int, minimum: int, maximum: int | float | None, error: type[ValueError]) -> int:
+    if value < minimum:
+        raise error(f"{field}: must be a whole number >= {minimum}, got {_show(value)}")
+    if maximum is not None and value > maximum:
+        raise error(f"{field}: must be at most {_bound_text(maximum)}; got {_show(value)}")
+    return value
+
+
+def whole(field: str, value: object, *, minimum: int = 1, maximum: int | float | None = None,
+          floats: bool = False, error: type[ValueError] = InputError) -> int:
+    """*value* as a Python ``int`` within ``[minimum, maximum]``.
+
+    Accepts ``int`` and NumPy integers, with *floats* also floats without a fraction (a file
+    format's ``1e3``). ``bool``, ``None``, strings and anything else are rejected.
+
+    Raises:
+        error: naming *field* and the value.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+        raise error(f"{field}: must be a whole number, got {_show(value)}")
+    if isinstance(value, (float, np.floating)):
+        if not floats or not math.isfinite(value) or not float(value).is_integer():
+            raise error(f"{field}: must be a whole number, got {_show(value)}")
+    return _range(field, int(value), minimum, maximum, error)
+
+
+def parse_whole(field: str, text: str, *, minimum: int = 1, maximum: int | float | None = None,
+                error: type[ValueError] = InputError) -> int:
+    """A whole number from *text*: ASCII digits with an optional sign, nothing else (no ``_``, no ``٨``).
+
+    Raises:
+        error: naming *field* and the text.
+    """
+    if not isinstance(text, str):
+        raise error(f"{field}: expected a whole number as text, got {_show(text)}")
+    stripped = text.strip()
+    if not stripped.isascii() or not _ASCII_WHOLE.fullmatch(stripped):
+        raise error(f"{field}: expected a whole number, got {_show(text)} (ASCII digits 0-9 only)")
+    digits = stripped.lstrip("+-").lstrip("0")
+    if len(digits) > 40:  # far past every bound; int() of thousands of digits is refused by Python itself
+        sign = "-" if stripped.startswith("-") else ""
+        value = int(sign + digits[:41])
+    else:
+        value = int(stripped)
+    return _range(field, value, minimum, maximum, error)
+
+
+def flag(field: str, value: object, *, error: type[ValueError] = InputError) -> bool:
+    """*value* if it is a real boolean (``True``/``False``, NumPy's too); ``"no"``, 0 or ``None`` are not.
+
+    Raises:
+        error: naming *field* and the value.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise error(f"{field}: must be true or false (a bool), got {_show(value)}")
+
+
+def _first(array: np.ndarray, bad: np.ndarray) -> tuple[object, str]:
+    """The first offending element of *array* and where it is (empty for a scalar)."""
+    if array.ndim == 0:
+        return array.item(), ""
+    index = np.unravel_index(int(np.argmax(bad)), array.shape)
+    at = index[0] if len(index) == 1 else tuple(int(i) for i in index)
+    return array[index].item(), f" at index {at}"
+
+
+def int_array(field: str, values: Any, *, minimum: int = 1, maximum: int | float | None = None,
+              floats: bool = False, error: type[ValueError] = InputError) -> np.ndarray:
+    """*values* (an array, a sequence or a scalar) as an int64 array, each within ``[minimum, maximum]``.
+
+    Integer dtypes (signed or unsigned) are range-checked before the cast, so nothing wraps;
+    float dtypes only with *floats* (and then finite and whole); Python integers too large for
+    int64 are reported with the bound; ``bool``, strings, ``None`` and other objects are rejected.
+
+    Raises:
+        error: naming *field*, the first offending value and its index.
+    """
+    if values is None or isinstance(values, (str, bytes)):
+        raise error(f"{field}: expected whole numbers, got {_show(values)}")
+    try:
+        array = values if isinstance(values, np.ndarray) else np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise error(f"{field}: expected whole numbers, got {_show(values)} ({exc})") from None
+    kind = array.dtype.kind
+    if kind == "O":  # Python integers beyond int64, or mixed objects: checked one by one
+        flat = array.ravel()
+        for i, item in enumerate(flat):
+            try:
+                whole(field, item, minimum=minimum, maximum=maximum, floats=floats, error=error)
+            except ValueError as exc:
+                at = f" at index {i}" if array.ndim else ""
+                raise error(f"{exc}{at}") from None
+        return np.array(flat.tolist(), dtype=np.int64).reshape(array.shape)
+    if kind not in "iuf" or (kind == "f" and not floats):
+        raise error(f"{field}: expected whole numbers, got {array.dtype} values")
+    if array.size == 0:
+        return array.astype(np.int64)
+    probe = array[:1] if array.ndim == 1 and array.strides == (0,) else array  # a broadcast value: once
+    if kind == "f":
+        bad = ~np.isfinite(probe) | (probe != np.floor(probe))
+        if bad.any():
+            value, at = _first(probe, bad)
+            raise error(f"{field}: must be a whole number, got {_show(value)}{at}")
+    low, high = probe.min(), probe.max()
+    if int(low) < minimum:
+        value, at = _first(probe, probe < minimum)
+        raise error(f"{field}: every value must be a whole number >= {minimum}, got {_show(_num(value))}{at}")
+    if maximum is not None and (int(high) > maximum):
+        value, at = _first(probe, probe > maximum)
+        raise error(f"{field}: every value must be at most {_bound_text(maximum)}; got {_show(_num(value))}{at}")
+    return array.astype(np.int64, copy=False)
+
+
+def _num(value: object) -> object:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def check_devices(d: Any, t: Any, cp: Any, p: Any, *, maximum: int = DEVICES_MAX,
+                  error: type[ValueError] = InputError) -> None:
+    """Reject layouts whose device count d·t·cp·p exceeds *maximum*, computed without wrapping.
+
+    Scalars multiply as Python integers; arrays (each degree ≤ :data:`DEGREE_MAX`, checked
+    first) multiply in float64, whose rounding cannot move a product across a bound of 2**30.
+    """
+    if all(np.ndim(x) == 0 for x in (d, t, cp, p)):
+        devices = int(d) * int(t) * int(cp) * int(p)
+        if devices > maximum:
+            raise error(f"devices: d·t·cp·p = {d}·{t}·{cp}·{p} = {_show(devices)} exceeds {_bound_text(maximum)}")
+        return
+    tops = [int(np.max(x)) if np.size(x) else 1 for x in (d, t, cp, p)]
+    if math.prod(tops) <= maximum:  # the usual case, from four maxima: no product of N elements
+        return
+    product = np.asarray(d, dtype=float) * t * cp * p
+    bad = product > maximum
+    if np.any(bad):
+        i = int(np.argmax(np.broadcast_to(bad, np.shape(product))))
+        vals = [int(np.broadcast_to(x, np.shape(product))[i]) for x in (d, t, cp, p)]
+        raise error(f"devices: d·t·cp·p = {'·'.join(map(str, vals))} = {math.prod(vals)} exceeds "
+                    f"{_bound_text(maximum)}, at index {i}")
+
+
+def finite(what: str, value: Any, *, error: type[ValueError] = InputError) -> Any:
+    """*value* (a number or an array) if every element is finite; else an error naming *what*.
+
+    Raises:
+        error: "*what* is not finite (inf)" with the first offending index.
+    """
+    array = np.asarray(value, dtype=float)
+    bad = ~np.isfinite(array)
+    if bad.any():
+        item, at = _first(array, bad)
+        raise error(f"{what}: the result is not finite ({item}){at}: the inputs overflow float64; "
+                    f"use smaller sizes or degrees")
+    return value
+
+
+def _assert_finite_tree(obj: Any, where: str) -> None:
+    if isinstance(obj, float):
+        finite(where or "value", obj)
+    elif isinstance(obj, dict):
+        for key, item in obj.items():
+            _assert_finite_tree(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            _assert_finite_tree(item, f"{where}[{i}]")
+
+
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that never writes ``NaN`` or ``Infinity`` (not JSON): an error names the value instead."""
+    _assert_finite_tree(obj, "")
+    return json.dumps(obj, allow_nan=False, **kwargs)
+
+
+def _as_float_array(name: str, raw: object, top: float) -> np.ndarray:
+    """*raw* as a float array, by its dtype: integers range-checked before the cast, nothing wraps."""
+    if raw is None or isinstance(raw, (bool, np.bool_, str, bytes)):
+        raise InputError(f"{name}: expected a number, got {_show(raw)}")
+    try:
+        array = np.asarray(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name}: expected a number, got {_show(raw)}") from None
+    kind = array.dtype.kind
+    if kind == "O":
+        flat = array.ravel()
+        for i, item in enumerate(flat):
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, float, np.integer, np.floating)):
+                raise InputError(f"{name}: expected a number, got {_show(item)}" + (f" at index {i}" if array.ndim else ""))
+            if isinstance(item, int) and abs(item) > top:
+                raise InputError(f"{name}: must be at most {_bound_text(top)}; got {_show(item)}"
+                                 + (f" at index {i}" if array.ndim else ""))
+        return np.array([float(x) for x in flat.tolist()], dtype=float).reshape(array.shape)
+    if kind in "iu":
+        if array.size:
+            low, high = int(array.min()), int(array.max())
+            if max(abs(low), abs(high)) > top:
+                bad = np.abs(array.astype(object)) > top
+                item, at = _first(array, bad)
+                raise InputError(f"{name}: must be at most {_bound_text(top)}; got {_show(item)}{at}")
+        return array.astype(float)
+    if kind == "f":
+        return array.astype(float, copy=False)
+    raise InputError(f"{name}: expected numbers, got {array.dtype} values")
 
 
 def check_inputs(values: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """*values* as float arrays, after checking each against its symbol's declaration.
+    """*values* as float arrays, after checking each against its symbol's declaration and bound.
 
-    Rejects NaN and infinities everywhere, non-positive values of positive
-    symbols, negative values of non-negative ones, and fractions where the
-    symbol is an integer (a degree of 2.5 ranks).
+    Rejects booleans, strings, ``None`` and other objects; NaN and infinities; integers that
+    do not fit (an unsigned 2**64-1 is not -1); non-positive values of positive symbols,
+    negative values of non-negative ones, fractions where the symbol is an integer (a degree
+    of 2.5 ranks); and magnitudes past the bound (:func:`bound` for degrees and layer counts,
+    :data:`VALUE_MAX` for the rest).
 
     Raises:
         InputError: naming the field and the first offending value.
@@ -35,20 +351,22 @@ def check_inputs(values: Mapping[str, object]) -> dict[str, np.ndarray]:
         if name not in SPECS:
             raise KeyError(f"unknown input field {name!r}")
         spec = SPECS[name]
-        try:
-            arr = np.asarray(raw, dtype=float)
-        except (TypeError, ValueError):
-            raise InputError(f"{name}: expected a number, got {raw!r}") from None
+        top = bound(name) if name in DEGREE_FIELDS | LAYER_FIELDS else VALUE_MAX
+        arr = _as_float_array(name, raw, top)
         bad = ~np.isfinite(arr)
         if bad.any():
-            raise InputError(f"{name}: must be a finite number, got {_first_bad(arr, bad)!r}")
+            raise InputError(f"{name}: must be a finite number, got {_first(arr, bad)[0]!r}")
         bad = arr <= 0 if spec.positive else arr < 0
         if bad.any():
             need = "> 0" if spec.positive else ">= 0"
-            raise InputError(f"{name}: must be {need} ({spec.meaning}), got {_first_bad(arr, bad)!r}")
+            raise InputError(f"{name}: must be {need} ({spec.meaning}), got {_first(arr, bad)[0]!r}")
         if spec.integer:
             bad = arr != np.floor(arr)
             if bad.any():
-                raise InputError(f"{name}: must be a whole number ({spec.meaning}), got {_first_bad(arr, bad)!r}")
+                raise InputError(f"{name}: must be a whole number ({spec.meaning}), got {_first(arr, bad)[0]!r}")
+        bad = arr > top
+        if bad.any():
+            item, at = _first(arr, bad)
+            raise InputError(f"{name}: must be at most {_bound_text(top)}; got {_show(_num(item))}{at}")
         out[name] = arr
     return out

@@ -202,15 +202,25 @@ def evaluate(name: str, **values: object) -> np.ndarray:
 
     Extra values are ignored, so a whole configuration can be passed.
 
+    The inputs pass ``codegen.inputs.check_inputs`` (declarations and bounds) and the result
+    ``codegen.inputs.finite``: an input that overflows float64 is an error, never ``inf`` or NaN.
+
     Raises:
-        codegen.inputs.InputError: a value no valid configuration has.
+        codegen.inputs.InputError: a value no valid configuration has, or a result that is not finite.
         TypeError: a symbol of the formula is missing.
     """
-    from .inputs import check_inputs
+    from .inputs import InputError, check_inputs, finite
 
     args = _arguments(name)
     missing = [a for a in args if a not in values]
     if missing:
         raise TypeError(f"{name}: missing inputs {missing}")
     checked = check_inputs({a: values[a] for a in args})
-    return evaluator(name)(**checked)
+    try:
+        np.broadcast_shapes(*(v.shape for v in checked.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} {v.shape}" for k, v in checked.items() if v.shape)
+        raise InputError(f"{name}: the inputs' shapes do not broadcast together: {shapes}") from None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        result = evaluator(name)(**checked)
+    return finite(name, result)

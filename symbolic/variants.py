@@ -164,7 +164,7 @@ class _Reader:
         if value is None:
             raise self._needs("levels", f"hierarchy depth 1 to {score.MAX_LEVELS}")
         text = str(value).strip()
-        if not text.isdigit() or not 1 <= int(text) <= score.MAX_LEVELS:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= score.MAX_LEVELS:  # ASCII: "٢" too is isdigit()
             raise ValueError(f"levels: a hierarchy of 1 to {score.MAX_LEVELS} levels is supported, got {value!r}")
         return int(text)
 

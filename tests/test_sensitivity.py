@@ -298,7 +298,7 @@ def test_sum_objective_doubling_with_settings(capsys):
 
 def test_example_json_shape_and_consistency(example):
     _, out, err = example
-    assert set(out) == {"objective", "value", "degrees"}
+    assert set(out) == {"objective", "value", "degrees", "units"}
     assert out["objective"] == "max" and out["value"] > 0
     assert list(out["degrees"]) == list(DEGREES)
     for name, entry in out["degrees"].items():

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sympy
 
 import generated
 import hardware

@@ -7,10 +7,28 @@ import os
 import sys
 from typing import Sequence
 
-from . import check, collective, compile, derive, eval, hardware, sensitivity, validate
+from . import check, collective, compile, derive, eval, hardware, models, sensitivity, validate
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective)
+COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective, models)
+
+
+def version() -> str:
+    """symcost's version: the installed package's metadata, else (a source checkout) ``pyproject.toml``'s."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("symcost")
+    except metadata.PackageNotFoundError:
+        pass
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+    except (OSError, ValueError, KeyError):
+        return "unknown (not installed, no pyproject.toml)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="symcost",
         description="Symbolic communication-cost model of distributed LLM training, compiled to NumPy.",
     )
+    parser.add_argument("--version", action="version", version=f"symcost {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)

@@ -15,9 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Render every registered formula into NumPy evaluators (one module per "
                                    "dimension, __init__.py with the FORMULAS table) and the formula reference "
                                    "docs/formulas.md. Writes atomically and removes stale files; --check only "
-                                   "compares.")
-    p.add_argument("--out", metavar="DIR", type=Path, default=None,
-                   help="output directory (default: generated/ beside codegen/)")
+                                   "compares. DIR must be missing, empty, or written by symcost compile before "
+                                   "(it holds the marker file .symcost-generated listing the files it wrote): "
+                                   "anything else is refused and nothing is written.")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="output directory: missing, empty, or one symcost compile wrote (default: generated/ "
+                        "beside codegen/)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 with a unified diff when DIR differs from what would be written")
     p.set_defaults(func=run)
@@ -28,7 +31,13 @@ def run(args: argparse.Namespace) -> int:
     from ..compiler import DEFAULT_DIRECTORY, compare_tree, render_tree, write_tree
     from ..docs import DOCS_PATH, check_formulas_doc, write_formulas_doc
 
-    directory = args.out if args.out is not None else DEFAULT_DIRECTORY
+    from ..compiler import check_output_directory
+
+    if args.out is not None and not args.out.strip():
+        raise ValueError(f"--out: expected a directory path, got {args.out!r}")
+    directory = Path(args.out) if args.out is not None else DEFAULT_DIRECTORY
+    if not args.check:
+        check_output_directory(directory)  # before the ~40 s of rendering: refuse a directory it did not write
     # The formula reference belongs to the repository's own tree: only with the default output.
     with_docs = args.out is None
     files = render_tree()  # raises CodegenError (a ValueError) naming the formula; cli prints it

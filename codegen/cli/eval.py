@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 
 from ..configs.layouts import LayoutBatch, parse_layout, validate
+from ..inputs import DEVICES_MAX, finite, json_text, parse_whole
 from ..configs.models import load_model, model_names
 from ..pricing.pricer import StagePricer
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
+
+#: What the numbers are in: the footer of the table and ``"units"`` of ``--json``.
+UNITS = {"FLOP": "units as the original sums them: DP in parameters (bytes under --fsdp), dense TP in elements, "
+                 "EP/CP/MoE TP in bytes (see docs)",
+         "TIME": "units as the original scores them: DP, TP and CP as level scores (TIME path), EP in bytes "
+                 "(see docs)"}
+
+
+def devices_count(text: str) -> int:
+    """``--devices``: a whole number in ASCII digits within ``codegen.inputs.DEVICES_MAX``."""
+    return parse_whole("--devices", text, minimum=1, maximum=DEVICES_MAX)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,cp=1,ep=1,m=144,b=1 (keys left out keep the "
                                                 "model file's own layout)")
     p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")
-    p.add_argument("--devices", type=int, help="total device count the layout must fill (d*t*cp*p)")
+    p.add_argument("--devices", help="total device count the layout must fill (d*t*cp*p)")
     p.add_argument("--recompute", help="full, selective, none, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true",
@@ -37,25 +48,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     """The stage totals and per-dimension lists for the command's arguments, from the one pricer."""
     model = load_model(args.model)
+    devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
     pricer = StagePricer(model, device=args.device, with_recomp=args.with_recomp, ttype=args.ttype)
-    validate(model, layout, args.devices)
+    validate(model, layout, devices)
     stages = pricer.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True, validated=True).stages
-    per_dim = {label: stages[key][0, :layout.p].tolist() for label, key in DIMS}
-    totals = stages["total"][0, :layout.p].tolist()
+    per_dim = {label: finite(f"stage {label} cost", stages[key][0, :layout.p]).tolist() for label, key in DIMS}
+    totals = finite("stage total", stages["total"][0, :layout.p]).tolist()
     return {"model": args.model, "layout": str(layout), "device": args.device, "stages": totals, "per_dim": per_dim}
 
 
 def run(args: argparse.Namespace) -> int:
     res = stage_results(args)
     if args.json:
-        print(json.dumps({"stages": res["stages"], "per_dim": res["per_dim"]}))
+        print(json_text({"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[args.ttype]}))
         return 0
     print(f"model {res['model']}  layout {res['layout']}  device {res['device']}")
     print(f"{'stage':>5}  {'total':>14}  " + "  ".join(f"{label:>14}" for label, _ in DIMS))
     for i, total in enumerate(res["stages"]):
         parts = "  ".join(f"{res['per_dim'][label][i]:>14.6g}" for label, _ in DIMS)
         print(f"{i:>5}  {total:>14.6g}  {parts}")
-    print("units as the original sums them: DP in parameters (bytes under --fsdp), dense TP in elements, "
-          "EP/CP/MoE TP in bytes (see docs).")
+    print(UNITS[args.ttype] + ".")
     return 0

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 import hardware
 from hardware import Level, System
 from symbolic.symbols import SPECS
+
+from ..inputs import json_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +60,7 @@ def _optional(value: float | None, unit: str) -> str:
 def run_show(args: argparse.Namespace) -> int:
     system = hardware.load(args.name)
     if args.json:
-        print(json.dumps(_as_json(system), indent=2))
+        print(json_text(_as_json(system), indent=2))
         return 0
     print(f"{system.name}: {system.description}")
     print(f"devices per node (level 0 bound): {system.devices_per_node} devices")

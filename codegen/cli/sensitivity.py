@@ -6,21 +6,25 @@ Command line::
                         [--ttype FLOP|TIME] [--objective max|sum] [--degrees t,cp,…] [--json] [--plot FILE.png]
 
 ``--json`` prints ``{"objective", "value", "degrees": {x: {"value", "derivative", "elasticity",
-"doubling_ratio"}}}``; ``--plot`` draws the objective against each degree over the powers of two
-that give valid layouts and needs matplotlib (the ``plot`` extra).
+"doubling_ratio"}}, "units"}``; ``--plot FILE`` draws the objective against each degree over the
+powers of two that give valid layouts into exactly FILE (a ``.png``, ``.svg`` or ``.pdf``; an
+existing file is replaced, a directory refused) and needs matplotlib (the ``plot`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from symbolic.vocabulary import DEGREES
 
 from ..configs.models import ModelConfig, load_model, model_names
+from ..inputs import finite, json_text
+from .eval import UNITS
 from ..pricing.sensitivity import Sensitivity, Settings, check_degrees, objective_curve, sensitivity
 
 __all__ = ["register", "run"]
@@ -43,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", default="max", help="max (bottleneck stage; default) or sum (over stages)")
     p.add_argument("--degrees", default=",".join(DEGREES), help=f"comma-separated subset of {','.join(DEGREES)}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree into FILE (.png, "
+                                                      ".svg or .pdf; replaces an existing file; needs matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -56,11 +61,58 @@ def _fmt(value: float | None) -> str:
     return "null" if value is None else f"{value:.6g}"
 
 
+#: Formats ``--plot`` writes, by the file's suffix.
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot_target(text: str) -> tuple[Path, str, bool]:
+    """``--plot``'s file, its format and whether it exists already, checked before anything is priced.
+
+    Raises:
+        ValueError: an empty path, a directory, a missing parent directory, or a suffix of no known format.
+    """
+    if not text or not text.strip():
+        raise ValueError(f"--plot: expected a file path, got {text!r}")
+    path = Path(text)
+    if path.is_dir():
+        raise ValueError(f"--plot: {path} is a directory; name a file, e.g. {path / 'sensitivity.png'}")
+    fmt = PLOT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"--plot: {path}: the suffix names the format; use one of {', '.join(PLOT_FORMATS)}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"--plot: {path}: the directory {parent} does not exist")
+    exists = path.exists()
+    if exists and not path.is_file():
+        raise ValueError(f"--plot: {path} exists and is not a regular file; refusing to replace it")
+    if not os.access(parent, os.W_OK) or (exists and not os.access(path, os.W_OK)):
+        raise ValueError(f"--plot: {path}: not writable")
+    return path, fmt, exists
+
+
+def _check_finite(result: Sensitivity) -> None:
+    """No inf or NaN is printed as a cost or a sensitivity: name what overflowed instead."""
+    finite("objective", result.value)
+    for d in result.degrees.values():
+        finite(f"derivative by {d.name}", d.derivative)
+        finite(f"elasticity of {d.name}", d.elasticity)
+        if d.doubling_ratio is not None:
+            finite(f"doubling ratio of {d.name}", d.doubling_ratio)
+
+
+#: ``"units"`` of ``--json``.
+def units(settings: Settings) -> dict[str, str]:
+    return {"value": UNITS[settings.ttype], "derivative": "the value's units per unit of the degree",
+            "elasticity": "dimensionless (relative change of the value per relative change of the degree)",
+            "doubling_ratio": "dimensionless (value with the degree doubled / value)"}
+
+
 def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     pyplot = None
-    if args.plot:
+    target = plot_target(args.plot) if args.plot is not None else None
+    if target is not None:
         try:
             import matplotlib
 
@@ -72,17 +124,19 @@ def run(args: argparse.Namespace) -> int:
             return 2
     model = load_model(args.model)
     result = sensitivity(model, args.layout, settings, degrees)
+    _check_finite(result)
     if args.json:
-        print(json.dumps(result.as_json()))
+        print(json_text({**result.as_json(), "units": units(settings)}))
         for d in result.degrees.values():
             if d.reason is not None:
                 print(f"note: doubling {d.name} ({d.doubled_layout}): {d.reason}", file=sys.stderr)
     else:
         _print_table(args.model, settings, result)
-    if pyplot is not None:
-        _plot(pyplot, model, args.layout, settings, result, args.plot)
-        if not args.json:
-            print(f"wrote {args.plot}")
+    if pyplot is not None and target is not None:
+        path, fmt, existed = target
+        _plot(pyplot, model, args.layout, settings, result, path, fmt)
+        note = f"wrote {path}" + (" (replaced the existing file)" if existed else "")
+        print(note, file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -96,12 +150,13 @@ def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
         note = f"x2 invalid: {d.reason}" if d.reason else ""
         print(f"{d.name:>6}  {d.value:>7}  {d.derivative:>13.6g}  {d.elasticity:>11.4g}  "
               f"{_fmt(d.doubling_ratio):>9}  {note}")
+    print(f"value: {UNITS[settings.ttype]}; derivative: value units per unit of the degree.")
     print("derivative: d objective / d degree with derived fields (comm_*, t_exp, d_exp, ZeRO levels, shards, "
           "layer counts) held; p through layer counts ∝ 1/p. x2 ratio: doubled layout re-priced from scratch.")
 
 
 def _plot(pyplot: Any, model: ModelConfig, layout_text: str, settings: Settings, result: Sensitivity,
-          path: str) -> None:
+          path: Path, fmt: str) -> None:
     names = list(result.degrees)
     columns = min(4, len(names))
     rows = math.ceil(len(names) / columns)
@@ -121,5 +176,8 @@ def _plot(pyplot: Any, model: ModelConfig, layout_text: str, settings: Settings,
     axes.flat[0].set_ylabel(f"{settings.objective} stage total")
     fig.suptitle(f"{model.name} {result.layout}: {settings.objective} objective per degree", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # A file object and an explicit format: matplotlib then writes exactly *path* (given a name
+    # without a suffix it would append one and write elsewhere).
+    with open(path, "wb") as handle:
+        fig.savefig(handle, format=fmt, dpi=120)
     pyplot.close(fig)

@@ -56,6 +56,8 @@ import numpy as np
 
 from symbolic.vocabulary import STAGE_COUNT_NAMES, LayerType, resolve_algorithm
 
+from ..inputs import DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, bound, check_devices, int_array, parse_whole, whole
+
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
 
@@ -132,9 +134,12 @@ class RecomputePlan:
             raise LayoutError(f"recompute: mode must be one of {', '.join(_RECOMPUTE_MODES)}, got {self.mode!r}")
         if self.full_per_stage is not None:
             counts = tuple(self.full_per_stage)
+            if len(counts) > DEGREE_MAX:
+                raise LayoutError(f"recompute: {len(counts)} stages listed; at most {DEGREE_MAX} (the largest "
+                                  f"pipeline degree)")
             for i, n in enumerate(counts):
-                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                    raise LayoutError(f"recompute: full layers of stage {i} must be a whole number >= 0, got {n!r}")
+                whole(f"recompute: full layers of stage {i}", n, minimum=0, maximum=LAYERS_MAX, error=LayoutError)
+            counts = tuple(int(n) for n in counts)
             object.__setattr__(self, "full_per_stage", counts)
 
     @property
@@ -167,16 +172,16 @@ def parse_recompute(text: str) -> RecomputePlan:
     if word in _RECOMPUTE_MODES:
         return RecomputePlan(word)
     items = [item.strip() for item in word.split(",")]
-    if not word or not all(item.isdigit() for item in items):
+    if not word or not all(item.isascii() and item.isdigit() for item in items):
         raise LayoutError(f"--recompute: expected full, selective, none or whole numbers N,N,… "
-                          f"(fully recomputed layers per stage), got {text!r}")
-    return RecomputePlan("none", tuple(int(item) for item in items))
+                          f"(fully recomputed layers per stage, ASCII digits), got {text!r}")
+    return RecomputePlan("none", tuple(parse_whole(f"--recompute stage {i}", item, minimum=0, maximum=LAYERS_MAX,
+                                                   error=LayoutError) for i, item in enumerate(items)))
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LayoutError(f"{name}: must be a whole number >= 1, got {value!r}")
-    return value
+def _positive_int(name: str, value: object, maximum: int | None = None) -> int:
+    """*value* as a whole number >= 1 (and at most *maximum*): ``codegen.inputs.whole``, as a LayoutError."""
+    return whole(name, value, minimum=1, maximum=maximum, error=LayoutError)
 
 
 @dataclass(frozen=True)
@@ -228,15 +233,15 @@ class Layout:
     recompute: RecomputePlan = field(default_factory=RecomputePlan)
 
     def __post_init__(self) -> None:
-        for name in ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp"):
-            _positive_int(name, getattr(self, name))
-        if self.os is not None:
-            _positive_int("os", self.os)
-        if self.s is not None:
-            _positive_int("s", self.s)
+        # The one input gate (codegen.inputs): whole numbers within their documented bounds.
+        for name in ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os", "s"):
+            if getattr(self, name) is not None or name not in ("os", "s"):
+                object.__setattr__(self, name, _positive_int(name, getattr(self, name), bound(name)))
+        check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)
         for name in ("op", "grad_shard", "sp", "fsdp", "reshards"):
-            if not isinstance(getattr(self, name), bool):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise LayoutError(f"{name}: must be true or false, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
         try:  # the one set of names and aliases (symbolic.vocabulary); stored as the canonical label
             object.__setattr__(self, "cp_algo", resolve_algorithm(self.cp_algo).value)
         except ValueError as exc:
@@ -268,10 +273,15 @@ def _normalise_offset(offset: object) -> tuple[int, ...] | tuple[tuple[int, ...]
     else:
         raise LayoutError(f"offset: must be a list of integers (one per stage) or of lists (one per chunk), "
                           f"got {offset!r}")
+    if len(flat) > LAYERS_MAX:
+        raise LayoutError(f"offset: {len(flat)} entries; at most {LAYERS_MAX} (the largest layer count)")
     for n in flat:
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise LayoutError(f"offset: entries must be whole numbers, got {n!r} in {offset!r}")
-    return rows
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise LayoutError(f"offset: entries must be whole numbers, got {n!r}")
+        whole("offset entry", n, minimum=-LAYERS_MAX, maximum=LAYERS_MAX, error=LayoutError)
+    if isinstance(rows[0] if rows else None, tuple):
+        return tuple(tuple(int(n) for n in row) for row in rows)
+    return tuple(int(n) for n in rows)
 
 
 # Keys of the layout text and their kinds.
@@ -317,12 +327,7 @@ def parse_layout(text: str, defaults: Layout | None = None, *, fsdp: bool | None
         if key in values:
             raise LayoutError(f"layout key {key!r} is given twice")
         if key in _INT_KEYS:
-            if not value.lstrip("+-").isdigit():
-                raise LayoutError(f"layout {key}: expected a whole number, got {value!r}")
-            number = int(value)
-            if number < 1:
-                raise LayoutError(f"layout {key}: a degree or count must be >= 1, got {number}")
-            values[key] = number
+            values[key] = parse_whole(f"layout {key}", value, minimum=1, maximum=bound(key), error=LayoutError)
         elif key in _FLAG_KEYS:
             if value not in ("0", "1"):
                 raise LayoutError(f"layout {key}: expected 0 or 1, got {value!r}")
@@ -364,17 +369,17 @@ WHOLE_DP_GROUP = 0
 
 
 def _int_column(name: str, values: Any, minimum: int) -> np.ndarray:
-    """*values* as a read-only one-dimensional int64 array, each value at least *minimum*."""
-    array = np.asarray(values)
+    """*values* as a read-only one-dimensional int64 array, each value in ``[minimum, bound(name)]``.
+
+    Through the one input gate (``codegen.inputs.int_array``): unsigned and too large values are
+    rejected before the cast, never wrapped; floats, booleans and strings are not whole numbers here.
+    """
+    if np.ndim(values) != 1 and not (values is None or isinstance(values, (str, bytes))):
+        raise LayoutError(f"{name}: expected one value per layout (a one-dimensional array), "
+                          f"got shape {np.shape(values)}")
+    array = int_array(name, values, minimum=minimum, maximum=bound(name), error=LayoutError)
     if array.ndim != 1:
         raise LayoutError(f"{name}: expected one value per layout (a one-dimensional array), got shape {array.shape}")
-    if array.dtype.kind not in "iu":
-        raise LayoutError(f"{name}: expected whole numbers, got {array.dtype} values")
-    # One reduction instead of a mask of N booleans; a broadcast value (stride 0) is checked once.
-    if array.size and (array[0] if array.strides == (0,) else array.min()) < minimum:
-        index = int(np.argmax(array < minimum))
-        raise LayoutError(f"{name}: every value must be a whole number >= {minimum}, got {array[index]} "
-                          f"at index {index}")
     column = array.astype(np.int64, copy=False).view()  # a view: freezing it leaves the caller's array writable
     column.flags.writeable = False
     return column
@@ -464,6 +469,7 @@ class LayoutBatch:
                 raise LayoutError(f"{name}: {len(column)} values, but d has {length}: a batch holds one value "
                                   f"of each key per layout")
             object.__setattr__(self, name, column)
+        check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
         # The shared settings pass Layout's own checks, which also normalise the offset.
         shared = Layout(d=1, t=1, p=1, m=1, **{name: getattr(self, name) for name in _SHARED_KEYS})
         object.__setattr__(self, "offset", shared.offset)
@@ -945,9 +951,8 @@ LAYOUT_CONSTRAINTS = (
 
 
 def _check_devices(devices: int | None) -> None:
-    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, (int, np.integer))
-                                or devices < 1):
-        raise LayoutError(f"devices: must be a whole number >= 1, got {devices!r}")
+    if devices is not None:
+        whole("devices", devices, minimum=1, maximum=DEVICES_MAX, error=LayoutError)
 
 
 def _succeeds(compute: Any) -> bool:

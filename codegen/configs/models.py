@@ -28,6 +28,7 @@ import yaml
 
 from symbolic.vocabulary import resolve_algorithm
 
+from ..inputs import COUNT_MAX, DEGREE_MAX, LAYERS_MAX, whole
 from .layouts import Layout, LayoutError, RecomputePlan, validate
 
 __all__ = ["ModelConfig", "ModelConfigError", "load_model", "model_names"]
@@ -164,14 +165,59 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
             raise ModelConfigError(f"unknown model {text!r}; bundled models: {', '.join(model_names())} "
                                    f"(or give a path to a HyperParallel YAML file)")
     try:
-        raw = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ModelConfigError(f"{path}: the model file is {size:,} bytes; a model file holds at most "
+                                   f"{MAX_FILE_BYTES:,}")
+        raw = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ModelConfigError(f"{path}: cannot read the model file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{path}: not a UTF-8 text file (byte {exc.start}: {exc.reason}); a model file "
+                               f"is YAML text") from None
     try:
-        document = yaml.safe_load(raw)
+        document = yaml.load(raw, Loader=StrictLoader)  # noqa: S506 - a SafeLoader that rejects duplicate keys
+    except DuplicateKeyError as exc:
+        raise ModelConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ModelConfigError(f"{path}: malformed YAML: {exc}") from None
+    except RecursionError:
+        raise ModelConfigError(f"{path}: malformed YAML: nested too deeply") from None
     return _Reader(path, name).model(document)
+
+
+#: Largest model file read (a HyperParallel train.yaml is a few kB).
+MAX_FILE_BYTES = 1 << 20
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping of a YAML file states one key twice."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error, not "the last wins".
+
+    Merge keys (``<<: *base``) still override as YAML says; only keys written twice in the same
+    mapping are rejected, naming the key and both lines.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader's own error says so
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise DuplicateKeyError(f"key {key!r} is given twice (lines {first} and {line}); "
+                                            f"state each key once")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 # --------------------------------------------------------------------------- reading
@@ -191,6 +237,16 @@ _ACCELERATOR_KEYS = frozenset({
     "enable_parallel_optimizer", "optimizer_weight_shard_size", "gradient_accumulation_shard",
     "pipeline_scheduler", "loss_parallel",
 })
+
+#: Bounds of the whole numbers a model file states (codegen.inputs: why these); other keys: COUNT_MAX.
+_KEY_BOUNDS = {
+    **{key: LAYERS_MAX for key in ("num_hidden_layers", "mtp_depth", "num_nextn_predict_layers",
+                                   "first_k_dense_replace")},
+    **{key: DEGREE_MAX for key in ("dp_shard", "dp_replicate", "tp_degree", "tp_size", "pipeline_parallel_degree",
+                                   "pp_size", "context_parallel_degree", "cp_size", "expert_parallel_degree",
+                                   "ep_size", "expert_tensor_parallel_degree", "pp_interleave_num",
+                                   "optimizer_weight_shard_size")},
+}
 
 _MISSING = object()
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -222,25 +278,23 @@ class _Reader:
 
     def integer(self, section: Mapping[str, Any], key: str, where: str, default: Any = _MISSING,
                 minimum: int = 1) -> Any:
+        """A whole number through the one input gate (``codegen.inputs.whole``), bounded by :data:`_KEY_BOUNDS`."""
         value = section.get(key, _MISSING)
         if value is _MISSING or value is None:
             if default is _MISSING:
                 raise self.fail(f"{where}.{key}", "required key is missing")
             return default
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(f"{where}.{key}", f"must be a whole number, got {value!r}")
-        if value < minimum:
-            raise self.fail(f"{where}.{key}", f"must be >= {minimum}, got {value!r}")
-        return value
+        return whole(f"{self.path}: {where}.{key}", value, minimum=minimum, maximum=_KEY_BOUNDS.get(key, COUNT_MAX),
+                     floats=True, error=ModelConfigError)
 
     def number(self, section: Mapping[str, Any], key: str, where: str, default: float) -> float:
         value = section.get(key, _MISSING)
         if value is _MISSING or value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise self.fail(f"{where}.{key}", f"must be a finite number > 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+                or value > COUNT_MAX:
+            raise self.fail(f"{where}.{key}", f"must be a finite number > 0 and at most {COUNT_MAX:,}, got "
+                                              f"{value!r}"[:200])
         return float(value)
 
     def flag(self, section: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
@@ -307,6 +361,9 @@ class _Reader:
             n_chosen, hff_exp, n_shared, first_dense, cap = 1, hff, 0, 0, 1.0
         n_mtp = self.integer(over, "mtp_depth", where, default=0, minimum=0) or \
             self.integer(over, "num_nextn_predict_layers", where, default=0, minimum=0)
+        if n_lay + n_mtp > LAYERS_MAX:
+            raise self.fail(f"{where}.num_hidden_layers", f"{n_lay} body and {n_mtp} MTP layers: at most "
+                                                          f"{LAYERS_MAX:,} layers in all")
 
         attention_bias = self.flag(over, "attention_bias", where, False)
         qk_norm = self.flag(over, "qk_norm", where, False) or self.flag(over, "use_qk_norm", where, False)

@@ -38,6 +38,7 @@ from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMEN
 
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
+from ..inputs import flag
 from .levels import SCORE_FACTORS, score_factors
 from .stages import TTYPES, Fields, Terms, bind, evaluate_terms, stage_outputs, terms_of, variant_of
 
@@ -263,9 +264,7 @@ class StagePricer:
         self.device = device
         self.system = hardware.load(device)
         self.fsdp, self.recompute = fsdp, recompute
-        if not isinstance(with_recomp, bool):
-            raise TypeError(f"with_recomp: expected true or false, got {with_recomp!r}")
-        self.with_recomp = with_recomp
+        self.with_recomp = flag("with_recomp", with_recomp)
         if ttype not in TTYPES:
             raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
         self.ttype = ttype
@@ -299,6 +298,12 @@ class StagePricer:
     def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
                     validated: bool = False) -> StagePrices:
         """Prices of the layouts of *batch* (``LayoutBatch.from_layouts`` for parsed layouts); as ``__call__``."""
+        validated = flag("validated", validated)  # only a real bool: validated="no" must not skip the checks
+        if not isinstance(per_stage, (bool, np.bool_)) and (
+                isinstance(per_stage, str) or not all(isinstance(name, str) for name in per_stage)):
+            raise TypeError(f"per_stage: expected true, false or a list of output names, got {per_stage!r}")
+        if isinstance(per_stage, np.bool_):
+            per_stage = bool(per_stage)
         n = len(batch)
         if n == 0:
             empty = {name: np.empty((0, 0)) for name in (*STAGE_DIMENSIONS, "total")} if per_stage else None

@@ -1,7 +1,9 @@
 """Reference cases: loading, the one tolerance policy, and checking them through the evaluators.
 
-The case format is ``../shared/reference/README.md``'s: ``{"format": 1,
-"cases": [{"id", "function", "inputs", "output"}, …]}``. Each function name
+The case format is ``tests/reference/FORMAT.md``'s: ``{"format": 1,
+"cases": [{"id", "function", "inputs", "output"}, …]}``; :func:`load_cases` is strict about
+it (a known format, at least one case, finite numbers within ``codegen.inputs.VALUE_MAX``,
+every error naming the file). Each function name
 of the original maps to an *adapter* (``codegen.reference.adapters``) that turns a
 case's inputs into the same shape of output through the project's own
 evaluators.
@@ -15,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["RTOL", "ATOL", "Case", "load_cases", "worst_error", "CheckReport", "run_check"]
+__all__ = ["RTOL", "ATOL", "Case", "CaseFileError", "FORMATS", "load_cases", "worst_error", "CheckReport",
+           "run_check"]
+
+#: Case-file formats this loader reads.
+FORMATS = (1,)
+
+#: Largest case file read (the bundled one is well under a megabyte per thousand cases).
+MAX_FILE_BYTES = 64 << 20
 
 RTOL = 1e-9
 ATOL = 1e-9
@@ -36,25 +45,81 @@ class CaseFileError(ValueError):
 def load_cases(path: str | Path) -> list[Case]:
     """The cases of a reference file.
 
+    The file must be UTF-8 JSON of a known ``format`` (:data:`FORMATS`) holding at least one
+    case; every case needs ``id``, ``function`` (strings), ``inputs`` (an object) and ``output``.
+    Numbers must be finite (no ``NaN``/``Infinity``, no ``1e400``); the numbers of ``inputs``
+    pass the input gate's magnitude bound (``codegen.inputs.VALUE_MAX``).
+
     Raises:
-        CaseFileError: naming the file and what is wrong with it.
+        CaseFileError: naming the file and what is wrong with it (and the case and field).
     """
+    from ..inputs import VALUE_MAX
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise CaseFileError(f"--cases: {path}: {path.stat().st_size:,} bytes; a case file holds at most "
+                                f"{MAX_FILE_BYTES:,}")
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise CaseFileError(f"--cases: no such file {str(path)!r}") from None
+    except OSError as exc:
+        raise CaseFileError(f"--cases: {path}: cannot read the file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CaseFileError(f"--cases: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); a case file "
+                            f"is JSON") from None
+    try:
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise CaseFileError(f"--cases: {path} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("cases"), list):
-        raise CaseFileError(f"--cases: {path} is not a format-1 case file (need {{'format': 1, 'cases': [...]}})")
+    except (ValueError, RecursionError) as exc:  # NaN/Infinity, 1e400, an integer of thousands of digits, nesting
+        raise CaseFileError(f"--cases: {path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise CaseFileError(f"--cases: {path} is not a case file (need {{'format': 1, 'cases': [...]}})")
+    if isinstance(data.get("format"), bool) or data.get("format") not in FORMATS:
+        raise CaseFileError(f"--cases: {path}: unknown format {data.get('format')!r}; known: "
+                            f"{', '.join(map(str, FORMATS))}")
+    if not data["cases"]:
+        raise CaseFileError(f"--cases: {path} holds no cases: a check of nothing would pass")
     cases = []
     for i, raw in enumerate(data["cases"]):
-        try:
-            cases.append(Case(str(raw["id"]), str(raw["function"]), dict(raw["inputs"]), raw["output"]))
-        except (KeyError, TypeError) as exc:
-            raise CaseFileError(f"--cases: case #{i} of {path} lacks id, function, inputs or output ({exc})") from None
+        if not isinstance(raw, dict) or not {"id", "function", "inputs", "output"} <= raw.keys():
+            raise CaseFileError(f"--cases: case #{i} of {path} lacks id, function, inputs or output")
+        if not isinstance(raw["id"], str) or not isinstance(raw["function"], str):
+            raise CaseFileError(f"--cases: case #{i} of {path}: id and function must be strings")
+        if not isinstance(raw["inputs"], dict):
+            raise CaseFileError(f"--cases: case {raw['id']!r} of {path}: inputs must be an object")
+        bad = _too_large(raw["inputs"], VALUE_MAX)
+        if bad is not None:
+            raise CaseFileError(f"--cases: case {raw['id']!r} of {path}: inputs{bad[0]} = {bad[1]:.6g} is beyond "
+                                f"the largest input symcost evaluates ({VALUE_MAX:.0f} = 2**53)")
+        cases.append(Case(raw["id"], raw["function"], dict(raw["inputs"]), raw["output"]))
     return cases
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} does not fit a float64")
+    return value
+
+
+def _too_large(value: Any, limit: float, where: str = "") -> tuple[str, float] | None:
+    """(where, value) of the first number of *value* beyond *limit* in magnitude, if any."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return (where, float(value) if abs(value) < 1e300 else math.inf) if abs(value) > limit else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _too_large(item, limit, f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]")
+        if found is not None:
+            return found
+    return None
 
 
 def _leaf_error(got: Any, want: Any, where: str) -> tuple[float, str]:

@@ -1,0 +1,176 @@
+"""Bad input on the command line: one line naming the field and the value, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from codegen.cli import main, version
+
+LLAMA = ["--model", "llama2-7b"]
+
+
+def _error(capsys, argv):
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, (argv, captured.out, captured.err)
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"symcost {argv[0]}: error: "), captured.err
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("layout, fragment", [
+    ("d=٨,t=1,p=1,m=1", "layout d: expected a whole number, got '٨'"),
+    ("d=1_0,t=1,p=1,m=1", "layout d: expected a whole number, got '1_0'"),
+    ("d=" + "9" * 30 + ",t=1,p=1,m=1", "layout d: must be at most 2**20"),
+    ("d=9223372036854775808,t=1,p=1,m=1", "layout d: must be at most 2**20"),
+    ("d=1048576,t=1048576,p=1,m=1", "devices: d·t·cp·p = 1048576·1048576·1·1 = 1099511627776 exceeds 2**30"),
+    ("m=100000000000000000000", "layout m: must be at most 2**32"),
+    ("s=4294967297", "layout s: must be at most 2**32"),
+])
+def test_eval_layout_numbers(capsys, layout, fragment):
+    assert fragment in _error(capsys, ["eval", *LLAMA, "--layout", layout])
+
+
+@pytest.mark.parametrize("devices, fragment", [
+    ("٨", "--devices: expected a whole number, got '٨'"),
+    ("0", "--devices: must be a whole number >= 1, got 0"),
+    (str(2**64), "--devices: must be at most 2**30"),
+    ("16", "d·t·cp·p must equal the device count: 4·2·1·2 = 16"),  # llama's own layout has 16: accepted below
+])
+def test_eval_devices(capsys, devices, fragment):
+    if devices == "16":
+        assert main(["eval", *LLAMA, "--devices", devices]) == 0
+        capsys.readouterr()
+        assert "= 16, devices = 8" in _error(capsys, ["eval", *LLAMA, "--devices", "8"])
+        return
+    assert fragment in _error(capsys, ["eval", *LLAMA, "--devices", devices])
+
+
+def test_eval_json_is_json_with_units(capsys):
+    assert main(["eval", *LLAMA, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert set(out) == {"stages", "per_dim", "units"} and "bytes" in out["units"]
+
+
+def test_eval_overflow_is_an_error_not_inf(capsys, monkeypatch):
+    from codegen.cli import eval as eval_cli
+
+    real = eval_cli.stage_results.__globals__["StagePricer"].price_batch
+
+    def overflowing(self, *args, **kwargs):
+        prices = real(self, *args, **kwargs)
+        prices.stages["total"][0, 0] = np.inf
+        return prices
+
+    monkeypatch.setattr(eval_cli.StagePricer, "price_batch", overflowing)
+    for extra in ([], ["--json"]):
+        assert "stage total: the result is not finite (inf)" in _error(capsys, ["eval", *LLAMA, *extra])
+
+
+def test_sensitivity_json_has_units_and_no_nan(capsys):
+    assert main(["sensitivity", *LLAMA, "--degrees", "t,p", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert set(out["units"]) == {"value", "derivative", "elasticity", "doubling_ratio"}
+
+
+def test_version_and_models(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"symcost {version()}"
+    assert version()[0].isdigit()
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:4] == ["model", "layers", "hidden", "heads"]
+    assert any(line.split()[:5] == ["llama2-7b", "32", "4096", "32", "32"] for line in out.splitlines())
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["deepseek-v3"]["experts"] == 256 and rows["qwen3-72b"]["kv_heads"] == 8
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"format": 1, "cases": []}', "holds no cases"),
+    ('{"format": 2, "cases": [{"id": "x", "function": "f", "inputs": {}, "output": 1}]}', "unknown format 2"),
+    ('{"format": true, "cases": [{"id": "x", "function": "f", "inputs": {}, "output": 1}]}', "unknown format True"),
+    ('{"format": 1, "cases": [{"id": "x", "function": "f", "inputs": {"t": NaN}, "output": 1}]}', "NaN"),
+    ('{"format": 1, "cases": [{"id": "x", "function": "f", "inputs": {"t": 1e400}, "output": 1}]}', "1e400"),
+    ('{"format": 1, "cases": [{"id": "x", "function": "f", "inputs": {"t": 1e20}, "output": 1}]}', "inputs.t"),
+    ('{"format": 1, "cases": [{"id": 3, "function": "f", "inputs": {}, "output": 1}]}', "must be strings"),
+    ('[1, 2]', "is not a case file"),
+])
+def test_check_case_files(capsys, tmp_path, text, fragment):
+    path = tmp_path / "cases.json"
+    path.write_text(text)
+    line = _error(capsys, ["check", "--cases", str(path)])
+    assert str(path) in line and fragment in line
+
+
+def test_check_binary_and_directory_name_the_file(capsys, tmp_path):
+    path = tmp_path / "bin.json"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff")
+    assert str(path) in _error(capsys, ["check", "--cases", str(path)])
+    assert str(tmp_path) in _error(capsys, ["check", "--cases", str(tmp_path)])
+
+
+@pytest.mark.parametrize("name", ["", "dir", "x.txt", "missing/x.png"])
+def test_plot_target_refused_before_pricing(capsys, tmp_path, name):
+    (tmp_path / "dir").mkdir()
+    target = "" if name == "" else str(tmp_path / name)
+    assert "--plot" in _error(capsys, ["sensitivity", *LLAMA, "--degrees", "t", "--plot", target])
+
+
+def _fake_matplotlib(written: list):
+    """A stand-in matplotlib whose figure records where and in which format it is saved."""
+    matplotlib = types.ModuleType("matplotlib")
+    matplotlib.use = lambda backend: None
+    pyplot = types.ModuleType("matplotlib.pyplot")
+
+    def subplots(rows, columns, **kwargs):
+        fig = mock.MagicMock()
+
+        def savefig(target, format=None, **kw):
+            written.append((getattr(target, "name", target), format))
+            target.write(b"fake " + format.encode())
+
+        fig.savefig.side_effect = savefig
+        axes = np.empty((rows, columns), dtype=object)  # filled one by one: a MagicMock looks like a sequence
+        for index in np.ndindex(axes.shape):
+            axes[index] = mock.MagicMock()
+        return fig, axes
+
+    pyplot.subplots = subplots
+    pyplot.close = lambda fig: None
+    matplotlib.pyplot = pyplot
+    return matplotlib, pyplot
+
+
+def test_plot_writes_exactly_the_path_given_and_says_so(capsys, tmp_path, monkeypatch):
+    written: list = []
+    matplotlib, pyplot = _fake_matplotlib(written)
+    monkeypatch.setitem(sys.modules, "matplotlib", matplotlib)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", pyplot)
+    path = tmp_path / "curve.SVG"
+    assert main(["sensitivity", *LLAMA, "--degrees", "t", "--plot", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {path}"
+    assert written == [(str(path), "svg")] and path.read_bytes() == b"fake svg"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.SVG"]
+    assert main(["sensitivity", *LLAMA, "--degrees", "t", "--plot", str(path), "--json"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {path} (replaced the existing file)"
+
+
+def test_derive_reads_numbers_and_algorithms_as_eval_does(capsys):
+    assert "levels: a hierarchy of 1 to 3 levels" in _error(capsys, ["derive", "estimate_comm_score", "--levels", "٢"])
+    assert "cp_algo: unknown CP algorithm 'hybird'" in _error(capsys, ["derive", "cp_traffic", "--algo", "hybird",
+                                                                      "--attention", "gqa"])
+    assert "cp_algo: unknown CP algorithm 'hybird'" in _error(capsys, ["eval", *LLAMA, "--layout", "cp_algo=hybird"])
+    for alias in ("hybird_cp", "hybrid"):  # the original's misspelling and the short name: both, everywhere
+        assert main(["derive", "cp_traffic", "--algo", alias, "--attention", "gqa"]) == 0
+        assert main(["eval", *LLAMA, "--layout", f"cp_algo={alias}"]) == 0
+    capsys.readouterr()
