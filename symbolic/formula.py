@@ -17,7 +17,8 @@ __all__ = ["Formula", "UNITS", "DIMENSIONS"]
 UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative"})
 
 #: Dimensions a formula belongs to.
-DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention"})
+DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention",
+                        "memory"})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import attention, cp, dp, ep, fsdp, legacy, params, recompute, score, tp
+from . import attention, cp, dp, ep, fsdp, legacy, memory, params, recompute, score, tp
 from .formula import Formula
 
 __all__ = ["FORMULAS", "get", "names"]
@@ -36,6 +36,7 @@ FORMULAS: Mapping[str, Formula] = _collect(
     ep.FORMULAS,
     legacy.FORMULAS,
     recompute.FORMULAS,
+    memory.FORMULAS,
 )
 
 
