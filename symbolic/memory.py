@@ -56,6 +56,7 @@ __all__ = [
     "StageMemory",
     "STAGE_OUTPUTS",
     "part_states",
+    "part_model_states",
     "layer_parts",
     "embedding_part",
     "output_part",
@@ -128,7 +129,7 @@ def variants() -> tuple[MemoryVariant, ...]:
 # ---------------------------------------------------------------- model states
 
 
-def _sharded(slice_params: sympy.Expr, shards: sympy.Expr, from_level: int) -> sympy.Expr:
+def _sharded(slice_params: sympy.Expr | int, shards: sympy.Expr, from_level: int) -> sympy.Expr:
     """A TP slice's *slice_params*, split over its ZeRO *shards* from ZeRO stage *from_level* on."""
     return Piecewise((slice_params / shards, zero_level >= from_level), (slice_params, True))
 
@@ -147,6 +148,18 @@ def part_states(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     return (bytes_p * _sharded(slice_params, shards, 3),
             bytes_grad * _sharded(slice_params, shards, 2),
             bytes_optimizer * _sharded(slice_params, shards, 1))
+
+
+def part_model_states(part: Part) -> sympy.Expr:
+    """Weights, gradients and optimizer states of *part* in one sum, bytes: ``w·Σ bytes_x / σ^[stage ≥ L_x]``.
+
+    The sum of ``part_states``, written with the slice ``w`` once so that stage totals stay small
+    (the code generator's rewrites and CSE scale with the expression's size).
+    """
+    slice_params = part.size / Max(1, part.computed)
+    shards = Max(1, part.sharded / Max(1, part.computed))
+    return slice_params * (bytes_p * _sharded(1, shards, 3) + bytes_grad * _sharded(1, shards, 2)
+                           + bytes_optimizer * _sharded(1, shards, 1))
 
 
 def layer_parts(variant: MemoryVariant) -> tuple[Part, Part, Part]:
@@ -341,7 +354,8 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     emb = part_states(embedding_part())
     out = part_states(output_part())
     states = [n_embedding * e + n_output * o + _body_layers() * x for e, o, x in zip(emb, out, layer)]
-    model_states = states[0] + states[1] + states[2]
+    model_states = (n_embedding * part_model_states(embedding_part()) + n_output * part_model_states(output_part())
+                    + _body_layers() * sympy.Add(*(part_model_states(x) for x in layer_parts(variant))))
 
     kept = {r: layer_activations(variant, r) for r in Recompute}
     not_recomputed = _body_layers() - n_full_rec - n_sel_rec
@@ -355,9 +369,9 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
                     Min(n_sel_rec, 1) * (kept[Recompute.NONE] - kept[Recompute.SELECTIVE]), evaluate=False)
     total = model_states + activations + workspace
     headroom = device_memory_bytes - memory_reserve - total
-    # [headroom >= 0] as min(1, max(0, ⌊headroom⌋ + 1)), exact for every real headroom: a Piecewise would
+    # [headroom >= 0] as 1 - max(0, sign(-headroom)), exact for every real headroom: a Piecewise would
     # fold the Piecewise terms of the total into its condition, every combination of their branches.
-    fits = Min(1, Max(0, sympy.floor(headroom) + 1, evaluate=False), evaluate=False)
+    fits = 1 - Max(0, sympy.sign(-headroom, evaluate=False), evaluate=False)
 
     key = variant.key
     states_src = f"{ZERO}; parts: {FSDP_PARTS}; parameter counts: symbolic.params"
@@ -415,7 +429,7 @@ def _build() -> tuple[Formula, ...]:
         _mem("part_optimizer_bytes", optimizer, "zero",
              "Optimizer-state bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from stage 1 on.",
              ZERO),
-        _mem("part_model_states_bytes", weights + gradients + optimizer, "zero",
+        _mem("part_model_states_bytes", part_model_states(generic), "zero",
              "Model-state bytes (weights, gradients, optimizer states) one rank keeps of a part (N, c, k): "
              "ZeRO Table 1's per-device memory for c = 1, k = N_d.", ZERO),
     ]
