@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Sequence
 
-from . import cmd_check, cmd_compile, cmd_derive, cmd_eval, cmd_hardware, cmd_sensitivity
+from . import cmd_check, cmd_compile, cmd_derive, cmd_eval, cmd_hardware, cmd_sensitivity, cmd_validate_memory
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (cmd_eval, cmd_check, cmd_derive, cmd_compile, cmd_hardware, cmd_sensitivity)
+COMMANDS = (cmd_eval, cmd_check, cmd_derive, cmd_compile, cmd_hardware, cmd_sensitivity, cmd_validate_memory)
 
 
 def build_parser() -> argparse.ArgumentParser:
