@@ -240,6 +240,20 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     # Per-step volumes (symbolic.step_volumes).
     ("n_layers_stage", "nonnegative_integer", "layers", "transformer layers one pipeline stage holds"),
     ("n_moe_layers_stage", "nonnegative_integer", "layers", "MoE layers one pipeline stage holds"),
+    # Memory per rank (symbolic.memory). Weights and gradients take bytes_p and bytes_grad above.
+    ("bytes_optimizer", "positive", "bytes",
+     "optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32 master weight and two moments)"),
+    ("zero_level", "nonnegative_integer", "1",
+     "ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and gradients, 3 and weights (FSDP)"),
+    ("flash_attention", "nonnegative", "1",
+     "1 when a fused attention kernel (FlashAttention) keeps no s-by-s score matrices, else 0"),
+    ("dropout", "nonnegative", "1", "1 when dropout layers keep their 1-byte masks for the backward pass, else 0"),
+    ("bytes_logits", "positive", "bytes", "bytes per stored output logit for the cross-entropy loss (4: fp32)"),
+    ("tie_emb_out", "nonnegative", "1", "1 when the output layer reuses the embedding table, else 0"),
+    ("pp_rank", "nonnegative_integer", "stages", "index of the pipeline stage, 0 for the first"),
+    ("memory_reserve", "nonnegative", "bytes",
+     "device memory set aside per device for the framework, CUDA context, workspaces and fragmentation"),
+    ("device_memory_bytes", "positive", "bytes", "device memory capacity per device (HBM)"),
 )
 
 

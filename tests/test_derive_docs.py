@@ -50,8 +50,9 @@ def _value(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Expr]) -> float | N
 
 
 def _points(n: int, seed: int) -> list[dict[sympy.Symbol, sympy.Expr]]:
-    rng = random.Random(seed)
-    return [{symbol(name): _draw(name, rng) for name in SPECS} for _ in range(n)]
+    # One stream per symbol, seeded by its name: declaring a new symbol leaves the others' values as they were.
+    rngs = {name: random.Random(f"{seed}:{name}") for name in SPECS}
+    return [{symbol(name): _draw(name, rngs[name]) for name in SPECS} for _ in range(n)]
 
 
 def _assert_same_value(before: sympy.Expr, after: sympy.Expr, points: list[dict[sympy.Symbol, sympy.Expr]],
@@ -127,7 +128,11 @@ def test_latex_names_read_as_fields():
 
 # ---------------------------------------------------------------- simplification passes
 
-FORMULA_NAMES = registry.names()
+# The formulas docs/formulas.md shows in closed form (the mechanical derivatives are not listed), less
+# the minimums over many collective algorithms or ZeRO pieces (over 16 Min/Max nodes): each pass costs
+# seconds on those, and their pieces are here one by one (every collective candidate, every DP part).
+FORMULA_NAMES = tuple(n for n in registry.names() if registry.get(n).dimension not in UNLISTED
+                      and registry.get(n).expr.count(sympy.Min) + registry.get(n).expr.count(sympy.Max) <= 16)
 
 
 @pytest.mark.parametrize("pass_name,fn", PASSES, ids=[n for n, _ in PASSES])

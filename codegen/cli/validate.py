@@ -1,8 +1,8 @@
 """``symcost validate WHAT``: compare a model with measurements.
 
 One sub-choice per model, in ``CHOICES`` (name → (help, register function)); ``collectives`` is the
-time model of one collective call against nccl-tests sweeps. Others (``memory``, ``step-time``) are
-added by putting one more entry in the table.
+time model of one collective call against nccl-tests sweeps, ``memory`` the memory per rank against
+ZeRO's Table 1 and Megatron-LM's measured memory. Another (``step-time``) is one more entry.
 
 ``symcost validate collectives [--data FILE.csv]`` prints one line per (system, collective, size
 band) with the count, median and worst relative error of the predicted time, then, as its last
@@ -13,6 +13,7 @@ line, one JSON object ``{"groups": [{"system", "op", "band", "n", "median_rel_er
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Callable
 
 from ..validation import collectives
@@ -35,9 +36,24 @@ def run_collectives(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_memory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
+                   help="a CSV with the columns of tests/data/megatron_memory_figure1.csv (default: the shipped "
+                        "copy, and ZeRO's Table 1 first)")
+    p.set_defaults(func=run_memory)
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    from ..validation.memory import run_memory_validation
+
+    return run_memory_validation(args.data)
+
+
 #: What can be validated: name → (help, function adding its options and setting ``func``).
 CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "collectives": ("collective times (NCCL's model) against nccl-tests measurements", _register_collectives),
+    "memory": ("memory per rank against ZeRO's Table 1 and Megatron-LM's Figure 1 (first pipeline stage; exit 1 "
+               "when a row misses activations 2 %, parameters + optimizer 5 %)", _register_memory),
 }
 
 

@@ -1,0 +1,475 @@
+"""Memory per rank: model states, activations, in-flight micro-batches, a stage's total and headroom.
+
+Every value is in bytes on one rank (one device) unless stated. The families:
+
+* **Model states** of one block of parameters, a *part* ``(N, c, k)`` as the
+  FSDP formulas know it (``symbolic.fsdp``): N parameters computed over c
+  tensor-parallel ranks and sharded over k ranks (TP included). One rank keeps
+  ``w = N / c`` parameters of a TP slice; ZeRO splits that slice into
+  ``σ = max(1, k / c)`` shards. ZeRO stage 1 shards the optimizer states,
+  stage 2 also the gradients, stage 3 (FSDP) also the weights (Rajbhandari et
+  al. 2020, §5 and Table 1). A layer's parts are the original's
+  ``fsdp_layer_parts`` over the parameter counts of ``symbolic.params``
+  (non-expert over ``t`` and ``shard_p_os_non_exp_partial = R·t·cp``, so CP
+  ranks shard like DP ranks, the original's ``param_cp = cp``; routed experts
+  over ``ep``, expert TP and expert DP ``d_exp``; shared experts); the
+  embedding and output tables are its ``fsdp_root_parts``.
+* **Activations** kept for the backward pass, per micro-batch and layer, the
+  per-element accounting of Korthikanti et al. 2022 (Table 2 and §4), written
+  per token of the rank's sequence shard ``s·b/cp`` so that one expression
+  covers tensor, sequence and context parallelism, GQA and MLA widths, gated
+  MLPs and routed experts. With 2-byte activations, 1-byte dropout masks, no
+  flash attention and GPT's widths it is Table 2 term by term (the tests
+  check it).
+* **In-flight micro-batches** of a pipeline stage under 1F1B and the
+  interleaved schedule.
+* **Stage totals** over the layer-kind counts of ``symbolic.model``
+  (``n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec,
+  n_sel_rec``), headroom against a capacity and a reserve, and a 0/1 ``fits``.
+
+Variants resolved in Python before an expression is built: the attention
+parameter layout (``params.AttentionParams``), dense or MoE, and the layer's
+recompute kind. Numeric settings (ZeRO stage, flash attention, dropout, tied
+embedding, interleaving) are symbols, so that one expression covers a batch
+of layouts.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+
+import sympy
+from sympy import Max, Min, Ne, Piecewise
+
+from . import params
+from .attention import head_width
+from .formula import Formula
+from .fsdp import Part
+from .params import AttentionParams
+from .symbols import syms
+
+__all__ = [
+    "Recompute",
+    "MemoryVariant",
+    "StageMemory",
+    "STAGE_OUTPUTS",
+    "part_states",
+    "part_model_states",
+    "layer_parts",
+    "embedding_part",
+    "output_part",
+    "layer_activations",
+    "embedding_activations",
+    "output_activations",
+    "in_flight",
+    "stage_formulas",
+    "variants",
+    "FORMULAS",
+]
+
+s, b, h, a, n_kv, dh, dhr, dc_kv, dc_q, qk_nope, v = syms(
+    "s", "b", "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "qk_nope_head_dim", "v")
+hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, cap_fact, n_ffMM = syms(
+    "hff", "hff_exp", "n_exp", "n_shared_exp", "n_chosen_exp", "cap_fact", "n_ffMM")
+t, cp, sp, ep, etp, t_exp, p, m, vp, pp_rank = syms("t", "cp", "sp", "ep", "etp", "t_exp", "p", "m", "vp", "pp_rank")
+shard_non_exp, shard_exp, shard_exp_partial, shard_embed, gather_embed = syms(
+    "shard_p_os_non_exp_partial", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_embed", "gather_embed")
+bytes_p, bytes_grad, bytes_optimizer, bytes_compute, bytes_logits = syms(
+    "bytes_p", "bytes_grad", "bytes_optimizer", "bytes_compute", "bytes_logits")
+zero_level, flash_attention, dropout, tie_emb_out = syms("zero_level", "flash_attention", "dropout", "tie_emb_out")
+memory_reserve, device_memory_bytes = syms("memory_reserve", "device_memory_bytes")
+part_size, part_computed, part_sharded = syms("part_size", "part_computed", "part_sharded")
+(n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec, n_sel_rec) = syms(
+    "n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
+
+ZERO = "Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1"
+KORTHIKANTI = ("Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models "
+               "(arXiv:2205.05198)")
+FSDP_PARTS = ("HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py "
+              "(EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts)")
+SCHEDULES = ("Megatron-LM megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of "
+             "forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving "
+             "((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step")
+
+#: Bytes per element of the log-sum-exp a fused attention kernel keeps per query row and head (fp32),
+#: FlashAttention's only per-row state for the backward pass (Dao et al. 2022, Algorithm 2).
+_LSE_BYTES = 4
+
+
+class Recompute(enum.Enum):
+    """What a body layer keeps for its backward pass (the stage walk's layer types)."""
+
+    #: Everything (``NOT_REC_LAYER``).
+    NONE = "none"
+    #: Everything but the attention scores, recomputed (``SEL_REC_LAYER``; Korthikanti §5).
+    SELECTIVE = "selective"
+    #: Only its input, the layer is recomputed (``FULL_REC_LAYER``).
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class MemoryVariant:
+    """What picks a different memory expression: the attention parameter layout and dense or MoE."""
+
+    attention: AttentionParams
+    moe: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.attention.value}_{'moe' if self.moe else 'dense'}"
+
+
+def variants() -> tuple[MemoryVariant, ...]:
+    """Every memory variant, in a fixed order."""
+    return tuple(MemoryVariant(att, moe) for att in AttentionParams for moe in (False, True))
+
+
+# ---------------------------------------------------------------- model states
+
+
+def _sharded(slice_params: sympy.Expr | int, shards: sympy.Expr, from_level: int) -> sympy.Expr:
+    """A TP slice's *slice_params*, split over its ZeRO *shards* from ZeRO stage *from_level* on."""
+    return Piecewise((slice_params / shards, zero_level >= from_level), (slice_params, True))
+
+
+def part_states(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """(weights, gradients, optimizer states) one rank keeps of *part*, in bytes.
+
+    ``w = N / max(1, c)``, ``σ = max(1, k / max(1, c))``; weights ``bytes_p·w``
+    (÷σ from ZeRO stage 3), gradients ``bytes_grad·w`` (÷σ from stage 2),
+    optimizer states ``bytes_optimizer·w`` (÷σ from stage 1). With c = 1 and
+    k = N_d this is ZeRO's (2 + 2 + K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2 + K)Ψ/N_d and
+    (2 + 2 + K)Ψ/N_d.
+    """
+    slice_params = part.size / Max(1, part.computed)
+    shards = Max(1, part.sharded / Max(1, part.computed))
+    return (bytes_p * _sharded(slice_params, shards, 3),
+            bytes_grad * _sharded(slice_params, shards, 2),
+            bytes_optimizer * _sharded(slice_params, shards, 1))
+
+
+def part_model_states(part: Part) -> sympy.Expr:
+    """Weights, gradients and optimizer states of *part* in one sum, bytes: ``w·Σ bytes_x / σ^[stage ≥ L_x]``.
+
+    The sum of ``part_states``, written with the slice ``w`` once so that stage totals stay small
+    (the code generator's rewrites and CSE scale with the expression's size).
+    """
+    slice_params = part.size / Max(1, part.computed)
+    shards = Max(1, part.sharded / Max(1, part.computed))
+    return slice_params * (bytes_p * _sharded(1, shards, 3) + bytes_grad * _sharded(1, shards, 2)
+                           + bytes_optimizer * _sharded(1, shards, 1))
+
+
+def layer_parts(variant: MemoryVariant) -> tuple[Part, Part, Part]:
+    """The non-expert, routed-expert and shared-expert parts of one body layer (``fsdp_layer_parts``).
+
+    The routed count P_r already holds one expert-TP slice (``params``:
+    ``hff_exp / max(etp, 1)``), so its TP width and shard width are divided by
+    ``max(1, etp)`` here: the slice is not divided twice, and the ZeRO shards
+    ``shard_p_os_exp / t_exp = d_exp·cp`` stay as the original derives them.
+    The part's fourth field (ranks holding it) does not enter memory.
+    """
+    counts = params.layer_counts(variant.attention, variant.moe)
+    expert_tp = Max(1, etp)
+    return (
+        Part(counts.non_expert, t, shard_non_exp, sympy.Integer(0)),
+        Part(counts.routed / ep, t_exp / expert_tp, shard_exp / expert_tp, sympy.Integer(0)),
+        Part(counts.shared, t_exp, shard_exp_partial, sympy.Integer(0)),
+    )
+
+
+def embedding_part() -> Part:
+    """The embedding table ``(h·v, τ, shard_embed)``, ``τ = shard_embed / max(1, gather_embed)`` (``fsdp_root_parts``)."""
+    return Part(h * v, shard_embed / Max(1, gather_embed), shard_embed, sympy.Integer(0))
+
+
+def output_part() -> Part:
+    """The output layer ``(h·v + v, t, shard_p_os_non_exp_partial)``; a tied table counts once when p = 1.
+
+    With ``tie_emb_out`` and one stage the embedding and output layers share
+    one table on one rank, so the output part keeps only its bias; with p > 1
+    the last stage holds its own copy of the table (Megatron-LM's
+    ``share_embeddings_and_output_weights``), with its own states.
+    """
+    table = h * v * (1 - tie_emb_out * Piecewise((1, p <= 1), (0, True)))
+    return Part(table + v, t, shard_non_exp, sympy.Integer(0))
+
+
+def _sum_states(parts: tuple[Part, ...]) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    states = [part_states(x) for x in parts]
+    return tuple(sympy.Add(*(row[i] for row in states)) for i in range(3))  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- activations
+
+
+def _tokens() -> sympy.Expr:
+    """Tokens of one micro-batch on one rank before sequence parallelism: ``s·b / cp``."""
+    return s * b / cp
+
+
+def _kv_heads() -> sympy.Expr:
+    return Piecewise((n_kv, n_kv > 0), (a, True))  # unset n_kv reads a, as the model configs do
+
+
+def _attention_elements(attention: AttentionParams) -> sympy.Expr:
+    """Elements per token the attention block keeps, scores and masks apart.
+
+    Norm input and QKV input (``2h/sp``; Korthikanti §4.1 4sbh bytes, the
+    input of Q/K/V projections stored sharded under SP), Q, K and V (Q and K
+    for QKᵀ, V for the attention over values: Korthikanti 4sbh + 2sbh), and
+    the output projection's input ``a·dh``. MLA adds its latents (query latent
+    and its norm ``2·dc_q``, key/value latent and its norm ``2·dc_kv``, the
+    rotary key ``dhr``), which the down-projections compute on every TP rank.
+    """
+    if attention is AttentionParams.STANDARD:
+        d_h = head_width()
+        q = a * d_h
+        kv = _kv_heads() * d_h
+        return 2 * h / sp + (q + 2 * kv) / t + q / t
+    d_qk = Piecewise((qk_nope, Ne(qk_nope, 0)), (dh, True))
+    q = a * (d_qk + dhr)
+    k = n_kv * (d_qk + dhr)
+    values = n_kv * dh
+    latents = 2 * dc_kv + dhr + (2 * dc_q if attention is AttentionParams.MLA_Q_LATENT else 0)
+    return 2 * h / sp + latents + (q + k + values) / t + a * dh / t
+
+
+def _score_bytes() -> sympy.Expr:
+    """Bytes per token the attention scores keep: softmax output, dropout mask and output (Korthikanti 5as²b/t).
+
+    ``a·s/t`` scores per query token (a query sees all s keys, also under CP),
+    each ``bytes_compute`` for the softmax output, plus the dropout's 1-byte
+    mask and ``bytes_compute`` output when dropout is on. A fused kernel
+    keeps none of them, only a 4-byte log-sum-exp per query and head.
+    """
+    per_score = bytes_compute * (1 + dropout) + dropout
+    return (1 - flash_attention) * a * s / t * per_score + flash_attention * _LSE_BYTES * a / t
+
+
+def _mlp_elements(moe: bool) -> sympy.Expr:
+    """Elements per token the MLP (or MoE) block keeps, masks apart.
+
+    Dense: norm input and FC1 input (``2h/sp``), the activation function's
+    inputs and FC2's input, ``n_ffMM·hff/t`` (Korthikanti: 8sbh + 8sbh bytes
+    for GPT's 4h GeLU MLP; a gated MLP keeps gate and up outputs and their
+    product). MoE: norm and router input, router probabilities (``n_exp/sp``),
+    per routed copy of a token (``top-k × capacity factor`` copies) its
+    dispatched input and expert output for the combine (``2h/sp``) and the
+    expert's ``n_ffMM·hff_exp/t_exp``, and the shared experts as a dense MLP
+    of ``n_shared_exp·hff_exp`` over t.
+    """
+    if not moe:
+        return 2 * h / sp + n_ffMM * hff / t
+    routed = n_chosen_exp * cap_fact * (2 * h / sp + n_ffMM * hff_exp / t_exp)
+    shared = n_shared_exp * n_ffMM * hff_exp / t
+    return 2 * h / sp + n_exp / sp + routed + shared
+
+
+def layer_activations(variant: MemoryVariant, recompute: Recompute) -> sympy.Expr:
+    """Bytes one body layer keeps per micro-batch on one rank.
+
+    Not recomputed: ``tokens · (bytes_compute·elements + dropout·2h/sp + scores)``
+    with two 1-byte dropout masks (after attention and after the MLP).
+    Selective: the same without the scores (Korthikanti §5). Full: the layer's
+    input only, ``bytes_compute·h/sp`` per token (Table 2's 2sbh; sharded
+    under SP as Megatron-LM checkpoints it).
+    """
+    tokens = _tokens()
+    if recompute is Recompute.FULL:
+        return tokens * bytes_compute * h / sp
+    elements = _attention_elements(variant.attention) + _mlp_elements(variant.moe)
+    kept = bytes_compute * elements + dropout * 2 * h / sp
+    if recompute is Recompute.NONE:
+        kept = kept + _score_bytes()
+    return tokens * kept
+
+
+def embedding_activations() -> sympy.Expr:
+    """Bytes the embedding keeps per micro-batch: its dropout mask, ``dropout·h/sp`` per token (Korthikanti §4.3)."""
+    return _tokens() * dropout * h / sp
+
+
+def output_activations() -> sympy.Expr:
+    """Bytes the output layer keeps per micro-batch: final norm input, projection input, logits (Korthikanti §4.3).
+
+    ``2·bytes_compute·h/sp + bytes_logits·v/t`` per token: with SP and fp32
+    logits the paper's 4sbh/t·(1 + v/h).
+    """
+    return _tokens() * (2 * bytes_compute * h / sp + bytes_logits * v / t)
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def in_flight() -> sympy.Expr:
+    """Micro-batches whose activations stage ``pp_rank`` holds at its peak.
+
+    1F1B (``vp = 1``): ``min(p − i, m)`` (Korthikanti Eq. 5 for i = 0: the
+    first stage holds p). Interleaved (``vp > 1``): the schedule's warm-up
+    of ``2(p − i − 1) + (vp − 1)·p`` chunk micro-batches plus one, each chunk
+    1/vp of the stage, ``(p·vp + p − 1 − 2i) / vp``, capped by m; for i = 0
+    that is ``p·(1 + (p − 1)/(p·vp))``, the paper's interleaving factor.
+    """
+    one_f_one_b = Min(p - pp_rank, m)
+    interleaved = Min((p * vp + p - 1 - 2 * pp_rank) / vp, m)
+    return Piecewise((one_f_one_b, vp <= 1), (interleaved, True))
+
+
+# ---------------------------------------------------------------- stage assembly
+
+#: Names of a stage's outputs, in the order ``StageMemory`` holds them.
+STAGE_OUTPUTS = ("weights", "gradients", "optimizer", "model_states", "activations", "recompute_workspace",
+                 "total", "headroom", "fits")
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """The memory closed forms of one pipeline stage for a variant (see ``STAGE_OUTPUTS``)."""
+
+    weights: Formula
+    gradients: Formula
+    optimizer: Formula
+    model_states: Formula
+    activations: Formula
+    recompute_workspace: Formula
+    total: Formula
+    headroom: Formula
+    fits: Formula
+
+    def all(self) -> tuple[Formula, ...]:
+        return tuple(getattr(self, name) for name in STAGE_OUTPUTS)
+
+
+def _body_layers() -> sympy.Expr:
+    return n_body + n_extra + n_extra_sel
+
+
+@functools.cache
+def stage_formulas(variant: MemoryVariant) -> StageMemory:
+    """One stage's memory per rank over the layer-kind counts, built once per variant."""
+    layer = _sum_states(layer_parts(variant))
+    emb = part_states(embedding_part())
+    out = part_states(output_part())
+    states = [n_embedding * e + n_output * o + _body_layers() * x for e, o, x in zip(emb, out, layer)]
+    model_states = (n_embedding * part_model_states(embedding_part()) + n_output * part_model_states(output_part())
+                    + _body_layers() * sympy.Add(*(part_model_states(x) for x in layer_parts(variant))))
+
+    kept = {r: layer_activations(variant, r) for r in Recompute}
+    not_recomputed = _body_layers() - n_full_rec - n_sel_rec
+    per_micro_batch = (n_embedding * embedding_activations() + n_output * output_activations()
+                       + not_recomputed * kept[Recompute.NONE] + n_sel_rec * kept[Recompute.SELECTIVE]
+                       + n_full_rec * kept[Recompute.FULL])
+    activations = in_flight() * per_micro_batch
+    # While one recomputed layer runs its backward it holds, for one micro-batch, what it did not keep.
+    # Unevaluated: SymPy's Max would try to order the two sums symbolically, which takes minutes.
+    workspace = Max(Min(n_full_rec, 1) * (kept[Recompute.NONE] - kept[Recompute.FULL]),
+                    Min(n_sel_rec, 1) * (kept[Recompute.NONE] - kept[Recompute.SELECTIVE]), evaluate=False)
+    total = model_states + activations + workspace
+    headroom = device_memory_bytes - memory_reserve - total
+    # [headroom >= 0] as 1 - max(0, sign(-headroom)), exact for every real headroom: a Piecewise would
+    # fold the Piecewise terms of the total into its condition, every combination of their branches.
+    fits = 1 - Max(0, sympy.sign(-headroom, evaluate=False), evaluate=False)
+
+    key = variant.key
+    states_src = f"{ZERO}; parts: {FSDP_PARTS}; parameter counts: symbolic.params"
+    act_src = f"{KORTHIKANTI}, Table 2 and §4 (Eq. 5, interleaving factor); in flight: {SCHEDULES}"
+
+    def f(name: str, expr: sympy.Expr, doc: str, source: str, unit: str = "bytes") -> Formula:
+        return Formula(name=f"memory_{key}_stage_{name}", expr=expr, dimension="memory", algorithm=key, unit=unit,
+                       doc=doc, source=source, variant=(("attention", variant.attention.value),
+                                                        ("ffn", "moe" if variant.moe else "dense")))
+
+    what = "per rank of one pipeline stage, summed over its embedding, output and body layers"
+    return StageMemory(
+        weights=f("weights_bytes", states[0], f"Weight bytes {what}, ZeRO-3 sharded when zero_level >= 3.",
+                  states_src),
+        gradients=f("gradients_bytes", states[1], f"Gradient bytes {what}, sharded when zero_level >= 2.",
+                    states_src),
+        optimizer=f("optimizer_bytes", states[2], f"Optimizer-state bytes {what}, sharded when zero_level >= 1.",
+                    states_src),
+        model_states=f("model_states_bytes", model_states, f"Weights, gradients and optimizer states {what}.",
+                       states_src),
+        activations=f("activations_bytes", activations,
+                      "Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches "
+                      "times its layers' activations per micro-batch, by recompute kind.", act_src),
+        recompute_workspace=f("recompute_workspace_bytes", workspace,
+                              "Bytes a recomputed layer of the stage holds again for one micro-batch during its "
+                              "backward pass: the largest of a fully and a selectively recomputed layer's dropped "
+                              "activations (0 without recompute).", f"{KORTHIKANTI}, §5 (recompute)"),
+        total=f("total_bytes", total, "Memory per rank of one pipeline stage: model states, activations and the "
+                "recompute workspace.", f"{states_src}; {act_src}"),
+        headroom=f("headroom_bytes", headroom, "Device memory left per rank of one stage: capacity minus reserve "
+                   "minus the stage total (negative when it does not fit).", "capacity - reserve - total"),
+        fits=f("fits", fits, "1 when one stage's total fits into device memory after the reserve, else 0.",
+               "headroom >= 0", unit="1"),
+    )
+
+
+# ---------------------------------------------------------------- registered formulas
+
+
+def _mem(name: str, expr: sympy.Expr, algorithm: str, doc: str, source: str, unit: str = "bytes",
+         variant: tuple[tuple[str, str], ...] = ()) -> Formula:
+    return Formula(name=f"memory_{name}", expr=expr, dimension="memory", algorithm=algorithm, unit=unit, doc=doc,
+                   source=source, variant=variant)
+
+
+def _build() -> tuple[Formula, ...]:
+    generic = Part(part_size, part_computed, part_sharded, sympy.Integer(0))
+    weights, gradients, optimizer = part_states(generic)
+    out = [
+        _mem("part_weights_bytes", weights, "zero",
+             "Weight bytes one rank keeps of a part of N parameters computed over c TP ranks and sharded over k "
+             "ranks, split over the k/c ZeRO shards from ZeRO stage 3 on.", ZERO),
+        _mem("part_gradients_bytes", gradients, "zero",
+             "Gradient bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from stage 2 on.", ZERO),
+        _mem("part_optimizer_bytes", optimizer, "zero",
+             "Optimizer-state bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from stage 1 on.",
+             ZERO),
+        _mem("part_model_states_bytes", part_model_states(generic), "zero",
+             "Model-state bytes (weights, gradients, optimizer states) one rank keeps of a part (N, c, k): "
+             "ZeRO Table 1's per-device memory for c = 1, k = N_d.", ZERO),
+    ]
+    for label, part in (("embedding", embedding_part()), ("output", output_part())):
+        w, g, o = part_states(part)
+        for what, expr in (("weights", w), ("gradients", g), ("optimizer", o)):
+            out.append(_mem(f"{label}_{what}_bytes", expr, label,
+                            f"{what.capitalize()} bytes one rank keeps of the {label} table, ZeRO-sharded as "
+                            "zero_level says.", f"{ZERO}; part: {FSDP_PARTS}"))
+    for variant in variants():
+        w, g, o = _sum_states(layer_parts(variant))
+        tag = (("attention", variant.attention.value), ("ffn", "moe" if variant.moe else "dense"))
+        for what, expr in (("weights", w), ("gradients", g), ("optimizer", o)):
+            out.append(_mem(f"{variant.key}_layer_{what}_bytes", expr, variant.key,
+                            f"{what.capitalize()} bytes one rank keeps of one body layer ({variant.key}): "
+                            "non-expert, routed-expert and shared-expert parts, each ZeRO-sharded as zero_level "
+                            "says.", f"{ZERO}; parts: {FSDP_PARTS}; counts: symbolic.params", variant=tag))
+        for recompute in (Recompute.NONE, Recompute.SELECTIVE):
+            suffix = "" if recompute is Recompute.NONE else "_selective"
+            out.append(_mem(f"{variant.key}_layer{suffix}_activations_bytes", layer_activations(variant, recompute),
+                            variant.key,
+                            f"Activation bytes one body layer ({variant.key}, recompute {recompute.value}) keeps per "
+                            "micro-batch on one rank.", f"{KORTHIKANTI}, Table 2 and §4.1", variant=tag))
+    out += [
+        _mem("layer_full_recompute_activations_bytes", layer_activations(variants()[0], Recompute.FULL), "full",
+             "Activation bytes a fully recomputed body layer keeps per micro-batch on one rank: its input.",
+             f"{KORTHIKANTI}, Table 2 (full activation recomputation, 2sbh)"),
+        _mem("embedding_activations_bytes", embedding_activations(), "embedding",
+             "Activation bytes the embedding keeps per micro-batch on one rank (its dropout mask).",
+             f"{KORTHIKANTI}, §4.3"),
+        _mem("output_activations_bytes", output_activations(), "output",
+             "Activation bytes the output layer keeps per micro-batch on one rank: norm and projection inputs, "
+             "the logits for the loss.", f"{KORTHIKANTI}, §4.3"),
+        _mem("pp_in_flight_microbatches_count", in_flight(), "pp",
+             "Micro-batches whose activations pipeline stage pp_rank holds at its peak (1F1B or interleaved).",
+             f"{KORTHIKANTI}, Eq. 5 and §4.2.3; {SCHEDULES}", unit="count"),
+    ]
+    for variant in variants():
+        out += stage_formulas(variant).all()
+    return tuple(out)
+
+
+FORMULAS: tuple[Formula, ...] = _build()
