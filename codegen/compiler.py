@@ -29,13 +29,16 @@ stale files.
 
 from __future__ import annotations
 
+import concurrent.futures
 import difflib
+import functools
+import multiprocessing
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import jinja2
 
@@ -44,6 +47,9 @@ from symbolic.formula import Formula
 from .backends import BACKENDS, NUMPY, Backend
 from .lowering import CodegenError, Lowered, fingerprint, lower
 from .render import COMMAND, environment, header
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 __all__ = [
     "BLOCK",
@@ -54,6 +60,8 @@ __all__ = [
     "check_output_directory",
     "TreeDiff",
     "render_tree",
+    "lower_formulas",
+    "forked_map",
     "compare_tree",
     "write_tree",
     "read_tree",
@@ -163,6 +171,48 @@ def _lower(formula: Formula, backend: Backend) -> Lowered:
         raise CodegenError(f"formula {formula.name}: cannot lower {type(exc).__name__}: {exc}") from exc
 
 
+def forked_map(function: Callable[[T], U], items: Sequence[T], *, span: int = 32) -> list[U]:
+    """``[function(x) for x in items]``, in forked processes over contiguous spans where that pays.
+
+    Lowering and closed forms are pure and per formula, so with several cores and many items the
+    spans run side by side; the result is the same list, in the same order, as the plain loop.
+    *function* must be a module-level function (the workers find it by name).
+    """
+    workers = min(os.cpu_count() or 1, 4)
+    spans = [items[i:i + span] for i in range(0, len(items), span)]
+    if workers < 2 or len(spans) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [function(x) for x in items]
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return [y for chunk in pool.map(functools.partial(_apply, function), spans) for y in chunk]
+
+
+def _apply(function: Callable[[T], U], span: Sequence[T]) -> list[U]:
+    return [function(x) for x in span]
+
+
+def _lower_for(pair: tuple[Formula, tuple[Backend, ...]]) -> list[Lowered | None]:
+    formula, backends = pair
+    # A formula's backends together: they share its cached CSE forms.
+    return [None if formula.dimension in b.skip else _lower(formula, b) for b in backends]
+
+
+#: Forms already lowered in this process, by (formula name, expression, backend name): a second
+#: rendering (``compile --check`` after a test's, the docs after the code) lowers nothing again.
+_LOWERED: dict[tuple[str, object, str], Lowered] = {}
+
+
+def lower_formulas(formulas: list[Formula], backends: list[Backend]) -> dict[str, dict[str, Lowered]]:
+    """Every formula lowered for every backend that compiles it: backend name → formula name → form."""
+    todo = [f for f in formulas if any((f.name, f.expr, b.name) not in _LOWERED for b in backends
+                                       if f.dimension not in b.skip)]
+    for f, row in zip(todo, forked_map(_lower_for, [(f, tuple(backends)) for f in todo])):
+        for b, low in zip(backends, row):
+            if low is not None:
+                _LOWERED[(f.name, f.expr, b.name)] = low
+    return {b.name: {f.name: _LOWERED[(f.name, f.expr, b.name)] for f in formulas if f.dimension not in b.skip}
+            for b in backends}
+
+
 def render_tree(formulas: Iterable[Formula] | None = None, *,
                 env: jinja2.Environment | None = None,
                 backends: Iterable[Backend] = BACKENDS) -> dict[str, str]:
@@ -198,9 +248,10 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
         if f.name in taken:
             raise CodegenError(f"formula {f.name}: its name would shadow a module or FORMULAS in generated/")
 
+    lowered = lower_formulas(formulas, backends)
     files: dict[str, str] = {}
     for backend in backends:
-        files.update(_render_backend(env, backend, formulas, by_module))
+        files.update(_render_backend(env, backend, formulas, by_module, lowered[backend.name]))
     for path, text in files.items():
         try:
             compile(text, f"generated/{path}", "exec")
@@ -210,11 +261,10 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
 
 
 def _render_backend(env: jinja2.Environment, backend: Backend, formulas: list[Formula],
-                    by_module: Mapping[str, list[Formula]]) -> dict[str, str]:
+                    by_module: Mapping[str, list[Formula]], lowered: Mapping[str, Lowered]) -> dict[str, str]:
     """The files of one backend's package: a module per dimension, ``__init__.py``, ``_runtime.py``."""
     formulas = [f for f in formulas if f.dimension not in backend.skip]
     by_module = {module: members for module, members in by_module.items() if module not in backend.skip}
-    lowered = {f.name: _lower(f, backend) for f in formulas}
     files: dict[str, str] = {}
     module_template, function_template = backend.template("module"), backend.template("function")
     for module in sorted(by_module):

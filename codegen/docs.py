@@ -36,6 +36,7 @@ from symbolic.formula import Formula
 from symbolic.simplify import closed_form
 from symbolic.symbols import SPECS, symbol
 
+from .compiler import forked_map
 from .render import COMMAND, environment
 
 __all__ = [
@@ -214,8 +215,18 @@ def _groups(formulas: Sequence[Formula]) -> list[dict[str, Any]]:
     for f in formulas:
         by_dimension.setdefault(f.dimension, []).append(f)
     order = [d for d, _ in GROUPS if d in by_dimension] + sorted(set(by_dimension) - set(titles))
+    # Closed forms cost seconds per large formula: computed side by side (same result as one by one),
+    # once per process and formula.
+    ordered = [f for d in order for f in by_dimension[d]]
+    todo = [f for f in ordered if (f.name, f.expr) not in _CONTEXTS]
+    for f, context in zip(todo, forked_map(formula_context, todo)):
+        _CONTEXTS[(f.name, f.expr)] = context
     return [{"id": f"dimension-{d}", "dimension": d, "title": titles.get(d, d),
-             "formulas": [formula_context(f) for f in by_dimension[d]]} for d in order]
+             "formulas": [_CONTEXTS[(f.name, f.expr)] for f in by_dimension[d]]} for d in order]
+
+
+#: ``formula_context`` of each formula the reference listed, by (name, expression).
+_CONTEXTS: dict[tuple[str, object], dict[str, Any]] = {}
 
 
 def _template() -> Any:
