@@ -1,0 +1,90 @@
+"""The rooms of the repository and which may import which (docs: README, "Layout of the repository").
+
+Data flows one way: ``symbolic`` imports neither ``codegen`` nor ``hardware``; ``generated`` imports
+only NumPy (and, for ``generated/fused``, numba); the compiler at ``codegen``'s root imports none of
+the application subpackages; configs < pricing < validation / reference < cli, and nothing imports
+a room above it. The pricer never imports the reference check; of the command line, only
+``symcost check`` reads it (inside the command, not when the command line is parsed).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Room of a module (the longest matching prefix wins) → rooms it may import from.
+ALLOWED = {
+    "symbolic": {"symbolic"},
+    "hardware": {"hardware"},
+    "generated": {"generated"},
+    "codegen": {"symbolic", "hardware", "generated", "codegen"},
+    "codegen.configs": {"symbolic", "hardware", "generated", "codegen", "codegen.configs"},
+    "codegen.pricing": {"symbolic", "hardware", "generated", "codegen", "codegen.configs", "codegen.pricing"},
+    "codegen.validation": {"symbolic", "hardware", "generated", "codegen", "codegen.configs", "codegen.pricing",
+                           "codegen.validation"},
+    "codegen.reference": {"symbolic", "hardware", "generated", "codegen", "codegen.configs", "codegen.pricing",
+                          "codegen.reference"},
+    "codegen.cli": {"symbolic", "hardware", "generated", "codegen", "codegen.configs", "codegen.pricing",
+                    "codegen.validation", "codegen.cli"},
+}
+
+#: The one allowed exception, by (module, imported room): the check command runs the reference check.
+EXCEPTIONS = {("codegen.cli.check", "codegen.reference")}
+
+
+def _room(module: str) -> str:
+    return max((room for room in ALLOWED if module == room or module.startswith(room + ".")), key=len)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for top in ("symbolic", "hardware", "generated", "codegen"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            name = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
+            found.add(name)
+            found |= {f"{name}.{alias.name}" for alias in node.names}  # a submodule imported by name
+    return {name for name in found if name.split(".")[0] in ("symbolic", "hardware", "generated", "codegen")}
+
+
+MODULES = _modules()
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_reaches_a_room_above(module):
+    room = _room(module)
+    for name in _imports(module, MODULES[module]):
+        target = _room(name) if any(name == r or name.startswith(r + ".") for r in ALLOWED) else name.split(".")[0]
+        if (module, target) in EXCEPTIONS:
+            continue
+        assert target in ALLOWED[room], f"{module} ({room}) imports {name} ({target})"
+
+
+def test_the_vocabulary_and_the_run_time_rooms_import_no_sympy_at_module_level():
+    for module, path in MODULES.items():
+        run_time = _room(module) in ("codegen.configs", "codegen.pricing", "codegen.validation", "codegen.cli",
+                                     "generated")
+        if run_time or module == "symbolic.vocabulary":
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+            names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+            names |= {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
+            assert not any(n == "sympy" or n.startswith("sympy.") for n in names), f"{module} imports SymPy"
