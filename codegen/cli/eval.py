@@ -1,4 +1,7 @@
-"""``symcost eval --model NAME --layout …``: each pipeline stage's communication and its parts."""
+"""``symcost eval --model NAME --layout …``: each pipeline stage's communication and its parts.
+
+With ``--memory``, also each stage's memory per rank (``codegen.pricing.memory.stage_memory``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 from ..configs.layouts import LayoutBatch, parse_layout, validate
 from ..inputs import DEVICES_MAX, finite, json_text, parse_whole
 from ..configs.models import load_model, model_names
+from ..pricing.memory import NoCapacityError, stage_memory
 from ..pricing.pricer import StagePricer
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
@@ -41,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="add each recomputed layer's traffic again (the original's with_recomp sum)")
     p.add_argument("--ttype", choices=("FLOP", "TIME"), default="FLOP",
                    help="FLOP (volumes; default) or TIME (level scores for DP, TP, CP)")
+    p.add_argument("--memory", action="store_true",
+                   help="also print each stage's memory per rank by part against the --device GPU's HBM "
+                        "(GiB; bytes under --json); needs a --device with GPU facts, e.g. dgx_h100")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -55,13 +62,43 @@ def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     stages = pricer.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True, validated=True).stages
     per_dim = {label: finite(f"stage {label} cost", stages[key][0, :layout.p]).tolist() for label, key in DIMS}
     totals = finite("stage total", stages["total"][0, :layout.p]).tolist()
-    return {"model": args.model, "layout": str(layout), "device": args.device, "stages": totals, "per_dim": per_dim}
+    res = {"model": args.model, "layout": str(layout), "device": args.device, "stages": totals, "per_dim": per_dim}
+    if getattr(args, "memory", False):
+        try:
+            res["memory"] = stage_memory(model, layout, system=args.device)
+        except NoCapacityError as exc:
+            # The Ascend levels (A2, A3) describe links only; memory needs a catalog GPU's HBM.
+            raise ValueError(f"--memory: {exc}; choose a --device with a GPU, e.g. --device dgx_h100") from None
+    return res
+
+
+#: Column headings of the memory table, by part of ``stage_memory``'s stages.
+MEMORY_HEADINGS = {"weights": "weights", "gradients": "grads", "optimizer": "optimizer",
+                   "activations": "activations", "recompute_workspace": "workspace", "total": "total",
+                   "capacity": "capacity", "headroom": "headroom"}
+GIB = 2.0 ** 30
+
+
+def print_memory(memory: dict[str, Any]) -> None:
+    """The memory table: one row per stage, GiB per rank, and a footer with the units and settings."""
+    cols = list(MEMORY_HEADINGS)
+    print()
+    print(f"{'stage':>5}  " + "  ".join(f"{MEMORY_HEADINGS[c]:>11}" for c in cols) + f"  {'fits':>4}")
+    for row in memory["stages"]:
+        print(f"{row['stage']:>5}  " + "  ".join(f"{row[c] / GIB:>11.3f}" for c in cols)
+              + f"  {'yes' if row['fits'] else 'no':>4}")
+    print(f"memory per rank in GiB (2^30 bytes): capacity is the GPU's HBM, headroom = capacity - reserve "
+          f"({memory['reserve_bytes'] / GIB:g} GiB) - total; ZeRO stage {memory['zero_level']}, "
+          f"variant {memory['variant']}; workspace is what a recomputed layer holds again in its backward pass.")
 
 
 def run(args: argparse.Namespace) -> int:
     res = stage_results(args)
     if args.json:
-        print(json_text({"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[args.ttype]}))
+        out: dict[str, Any] = {"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[args.ttype]}
+        if "memory" in res:
+            out["memory"] = res["memory"]
+        print(json_text(out))
         return 0
     print(f"model {res['model']}  layout {res['layout']}  device {res['device']}")
     print(f"{'stage':>5}  {'total':>14}  " + "  ".join(f"{label:>14}" for label, _ in DIMS))
@@ -69,4 +106,6 @@ def run(args: argparse.Namespace) -> int:
         parts = "  ".join(f"{res['per_dim'][label][i]:>14.6g}" for label, _ in DIMS)
         print(f"{i:>5}  {total:>14.6g}  {parts}")
     print(UNITS[args.ttype] + ".")
+    if "memory" in res:
+        print_memory(res["memory"])
     return 0

@@ -35,17 +35,17 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-import generated
-
-from ..configs.layouts import Layout, RecomputePlan, derive_fields, pipeline_stage_counts
+from ..configs.layouts import Layout, RecomputePlan, pipeline_stage_counts
 from ..configs.models import ModelConfig
+# The evaluation of the stage formulas is shared with ``symcost eval --memory``; validation only
+# adds the paper's settings, its models and its rows.
+from ..pricing.memory import MemorySettings, call as _call, evaluate_stages, stage_inputs
 
 __all__ = ["DATA_DIR", "MEGATRON_CSV", "RUNS_CSV", "ZERO_CSV", "MemorySettings", "PAPER_SETTINGS",
            "ACTIVATIONS_BOUND", "STATES_BOUND", "printed", "zero_table1_rows", "megatron_rows",
@@ -75,30 +75,6 @@ ZERO_STAGES = {"baseline (standard DP)": 0, "P_os": 1, "P_os+g": 2, "P_os+g+p": 
 _STAGE = "memory_standard_dense_stage_{}_bytes"
 
 
-@dataclass(frozen=True)
-class MemorySettings:
-    """Run settings the memory formulas read that a model file and a layout do not fix.
-
-    Attributes:
-        bytes_compute: bytes per stored activation element.
-        dropout: 1 when dropout keeps 1-byte masks (GPT-3-style training), else 0.
-        flash_attention: 1 with a fused attention kernel, else 0.
-        bytes_logits: bytes per stored logit for the loss.
-        bytes_p, bytes_grad, bytes_optimizer: bytes per parameter of the weights, the gradients
-            and the optimizer states (K).
-        zero_level: ZeRO stage of the optimizer (0: states replicated over the DP group).
-    """
-
-    bytes_compute: float
-    dropout: float
-    flash_attention: float
-    bytes_logits: float
-    bytes_p: float
-    bytes_grad: float
-    bytes_optimizer: float
-    zero_level: int
-
-
 #: Korthikanti et al. 2022's assumptions, stated, not fitted: 16-bit activations with 1-byte dropout
 #: masks and no fused attention (their Table 2 and §4.1), fp32 logits for the loss (§4.3), and
 #: Megatron-LM's mixed-precision Adam: 16-bit weights, fp32 gradient accumulation buffers (main_grad)
@@ -108,12 +84,6 @@ class MemorySettings:
 #: state (ZeRO stage 0).
 PAPER_SETTINGS = MemorySettings(bytes_compute=2.0, dropout=1.0, flash_attention=0.0, bytes_logits=4.0,
                                 bytes_p=2.0, bytes_grad=4.0, bytes_optimizer=12.0, zero_level=0)
-
-
-def _call(name: str, values: Mapping[str, Any]) -> float:
-    """The generated function *name* on the values it reads (extra values ignored)."""
-    meta = generated.FORMULAS[name]
-    return float(getattr(generated, name)(**{arg: values[arg] for arg in meta["arguments"]}))
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -144,11 +114,11 @@ def zero_table1_rows(path: Path = ZERO_CSV) -> list[dict[str, Any]]:
     """
     rows = []
     for row in _read_csv(path):
-        value = _call("memory_part_model_states_bytes", {
+        value = float(_call("memory_part_model_states_bytes", {
             "part_size": float(row["params"]), "part_computed": 1.0, "part_sharded": float(row["dp_degree"]),
             "zero_level": ZERO_STAGES[row["stage"]], "bytes_p": 2.0, "bytes_grad": 2.0,
             "bytes_optimizer": float(row["K"]),
-        }) / GB
+        })) / GB
         published = row["per_device_GB_published"].strip()
         shown = printed(value, published, ZERO_PRINTING[row["model"]]) if published else None
         rows.append({
@@ -237,19 +207,17 @@ def _predict(row: Mapping[str, str], run: Mapping[str, str] | None, settings: Me
     model = ModelConfig(name=row["model"], source="csv", s=s, h=h, a=a, n_kv=a, dh=h / a, hff=hff, v=v,
                         n_lay=n_lay, layout=layout, n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True,
                         norm_bias=True, tie_emb_out=True)
-    values: dict[str, Any] = dict(derive_fields(model, layout))
+    counts = pipeline_stage_counts(model, p, vp, recompute=RecomputePlan(mode))
+    # The first stage only: the figure reports the first stage's GPU (pp_rank 0).
+    values = stage_inputs(model, layout, settings, {name: column[:1] for name, column in counts.items()})
     # Megatron-LM's VocabParallelEmbedding splits the table over TP at every pipeline depth;
     # HyperParallel keeps it whole when p = 1, which derive_fields follows.
     values["shard_embed"] = values["gather_embed"] * t
-    values.update(asdict(settings))
-    values["pp_rank"] = 0
-    counts = pipeline_stage_counts(model, p, vp, recompute=RecomputePlan(mode))
-    values.update({name: float(column[0]) for name, column in counts.items()})
-    parts = {part: _call(_STAGE.format(part), values) for part in ("weights", "gradients", "optimizer",
-                                                                    "activations")}
+    got = evaluate_stages("standard_dense", values, ("weights", "gradients", "optimizer", "activations"))
+    parts = {part: float(column[0]) for part, column in got.items()}
     # The figure plots the transformer layers' activations (Table 2 times the in-flight micro-batches);
     # the stage also holds its embedding's and output layer's. Both are reported, the stage compared.
-    layers_only = _call(_STAGE.format("activations"), dict(values, n_embedding=0.0, n_output=0.0))
+    layers_only = float(np.ravel(_call(_STAGE.format("activations"), dict(values, n_embedding=0.0, n_output=0.0)))[0])
     return {"params_and_optimizer": parts["weights"] + parts["gradients"] + parts["optimizer"],
             "activations": parts["activations"], "activations_layers": layers_only, "vp": vp, "m": m, "d": d, "v": v, "sp": sp, "mode": mode}
 
