@@ -49,7 +49,7 @@ from .symbols import syms
 from .vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_OUTPUTS,
                          STAGE_TERMS, CpAlgorithm, LayerType)
 
-__all__ = ["StageVariant", "StageFormulas", "Term", "stage_formulas", "stage_terms", "per_layer_costs", "variant_key",
+__all__ = ["StageVariant", "StageFormulas", "Term", "stage_formulas", "stage_terms", "variant_key",
            "TERMS",
            "SLOPES", "FORMULAS", "COUNT_SYMBOLS"]
 
@@ -265,27 +265,6 @@ def stage_formulas(variant: StageVariant) -> StageFormulas:
                      "Bytes of the stage's FSDP traffic that the copies of a shard spend all-reducing it "
                      "(fsdp_reduce_traffic summed over its layers and tables; 0 without FSDP).", unit="bytes"),
     )
-
-
-def per_layer_costs(expr: sympy.Expr, name: str) -> dict[str, sympy.Expr]:
-    """``∂expr/∂count`` for each count symbol with a nonzero one: the cost one layer of that kind adds.
-
-    Exact because a stage output is linear in the counts with no constant term; that is checked.
-
-    Raises:
-        ValueError: naming *name* if *expr* is not zero for an empty stage or not linear in a count.
-    """
-    if expr.subs({c: 0 for c in COUNT_SYMBOLS}) != 0:
-        raise ValueError(f"{name}: not zero for an empty stage; the count expansion does not hold")
-    out: dict[str, sympy.Expr] = {}
-    for count in COUNT_SYMBOLS:
-        coeff = sympy.diff(expr, count)
-        if coeff == 0:
-            continue
-        if coeff.free_symbols & set(COUNT_SYMBOLS):
-            raise ValueError(f"{name}: not linear in {count.name}")
-        out[count.name] = coeff
-    return out
 
 
 # ---------------------------------------------------------------- the registered terms
