@@ -34,25 +34,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
+from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
-from .levels import SCORE_FACTORS, score_factors
-from .stages import TTYPES, Fields, Terms, bind, evaluate_terms, stage_outputs, terms_of, variant_of
+from .levels import score_factors
+from .stages import BIND_SOURCES, TTYPES, Fields, Terms, bind, evaluate_terms, stage_outputs, terms_of, variant_of
 
 __all__ = ["StagePricer", "StagePrices"]
 
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
 #: processor's cache, and the Python cost per block is spread over enough layouts.
 _BLOCK = 1 << 14
-
-#: Fields ``stages.bind`` reads to derive a term argument that is no field itself.
-_SOURCES = {"zero2_non_exp": ("comm_d_non_exp",), "zero3_non_exp": ("comm_d_non_exp",),
-            "zero2_exp": ("comm_d_exp",), "zero3_exp": ("comm_d_exp",), "gather": ("rec_op",),
-            "level_bound_0": (), "stage_cost_scale": (), **{name: ("d", "t", "cp", "p") for name in SCORE_FACTORS}}
-
 
 @dataclass(frozen=True)
 class StagePrices:
@@ -93,7 +87,7 @@ def _sums(terms: Terms, outputs: Sequence[str], counts: tuple[str, ...]) -> _Sum
     for output in outputs:
         base = output.removesuffix("_recomputed")
         for count, name in terms.by_output[base].items():
-            if count in counts and (output.endswith("_recomputed") or count not in ("n_full_rec", "n_sel_rec")):
+            if count in counts and (output.endswith("_recomputed") or count not in RECOMPUTE_COUNT_NAMES):
                 usage.setdefault(name, [0] * len(counts))[counts.index(count)] += 1
     groups: dict[tuple[int, ...], list[str]] = {}
     for name, used in usage.items():
@@ -397,7 +391,7 @@ class StagePricer:
         key = frozenset(needed)
         fields = self._fields.get(key)
         if fields is None:
-            wanted = {source for name in needed for source in _SOURCES.get(name, (name,))}
+            wanted = {source for name in needed for source in BIND_SOURCES.get(name, (name,))}
             fields = self._fields[key] = tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
         derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
         return bind(Fields(derived), needed, system=self.system, ttype=self.ttype, score=self._score)

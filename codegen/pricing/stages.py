@@ -28,13 +28,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 import generated
-from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_TERMS,
+from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_OUTPUTS, STAGE_TERMS,
                                  LayerType, attention_variant, detect_attention, resolve_algorithm, routing)
 
 from .levels import SCORE_FACTORS, score_factors
 
 __all__ = ["Fields", "Variant", "variant_of", "Terms", "terms_of", "bind", "stage_counts", "stage_outputs", "price",
-           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS"]
+           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES"]
 
 #: The original's two stage conversions: volumes (FLOP) or level scores of DP, TP and CP (TIME).
 TTYPES = ("FLOP", "TIME")
@@ -216,6 +216,14 @@ def terms_of(variant: Variant, degrees: Sequence[str] = ()) -> Terms:
 # ----------------------------------------------------------------------------- binding values
 
 
+#: The fields :func:`bind` reads for an argument that is no field itself (any other name is read as is).
+BIND_SOURCES: dict[str, tuple[str, ...]] = {
+    "zero2_non_exp": ("comm_d_non_exp",), "zero3_non_exp": ("comm_d_non_exp",),
+    "zero2_exp": ("comm_d_exp",), "zero3_exp": ("comm_d_exp",), "gather": ("rec_op",),
+    "level_bound_0": (), "stage_cost_scale": (), **{name: _SCORE_DEGREES for name in SCORE_FACTORS},
+}
+
+
 def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
          score: Callable[..., Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
@@ -346,8 +354,9 @@ def stage_outputs(terms: Terms, values: Mapping[str, Any], counts: Mapping[str, 
     return out
 
 
-#: Every output :func:`price` can give (see :func:`stage_outputs`).
-OUTPUTS = ("dp", "tp", "ep", "cp", "tp_recomputed", "ep_recomputed", "cp_recomputed", "dp_unconverted", "dp_reduced")
+#: Every output :func:`price` can give (see :func:`stage_outputs`): the stage outputs less the totals,
+#: which are sums of these.
+OUTPUTS = tuple(name for name in STAGE_OUTPUTS if not name.startswith("total"))
 
 
 def price(f: Fields, counts: Mapping[str, np.ndarray], *, system: Any, ttype: str = "FLOP",
