@@ -121,22 +121,22 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
         tmp2 = 2*ranks - 2
         out = msg_bytes*tmp2/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp1, tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp1, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -227,22 +227,22 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
         tmp2 = 2*ranks - 2
         out = msg_bytes*tmp2/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp1, tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp1, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -332,8 +332,10 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
         tmp1 = 2*ranks - 2
         out = msg_bytes*tmp1*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp0, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1, alpha_ring_simple_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -341,15 +343,13 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -434,8 +434,10 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
         tmp0 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_ll_s + 2*hop_net_tree_ll_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_ll_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(xp.less(nodes, 2), tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used))))
         return _runtime.broadcast(xp, out, (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_ll_s
             inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
@@ -443,15 +445,13 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
             (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
             inv0 = 2*hop_nvlink_tree_ll_s
             inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_ll_time_s",
-        ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_ll_time_s",
+            ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -527,8 +527,10 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_ll128_s + 2*hop_net_tree_ll128_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_ll128_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, xp.where(tmp0, 0.7777777777777778, 0.9375)*xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
         return _runtime.broadcast(xp, out, (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_ll128_s
             inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
@@ -536,15 +538,13 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
             (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
             inv0 = 2*hop_nvlink_tree_ll128_s
             inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_ll128_time_s",
-        ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_ll128_time_s",
+            ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -620,8 +620,10 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
         tmp0 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_simple_s + 2*hop_net_tree_simple_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_simple_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(xp.less(nodes, 2), tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))
         return _runtime.broadcast(xp, out, (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_simple_s
             inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
@@ -629,15 +631,13 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
             (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
             inv0 = 2*hop_nvlink_tree_simple_s
             inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_simple_time_s",
-        ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_simple_time_s",
+            ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -708,15 +708,16 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
         tmp2 = 2*tmp0
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes*tmp2/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*tmp2*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/ranks))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_all_reduce_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=5,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -863,8 +864,10 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
         tmp15 = tmp14*tmp3/nodes
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/xp.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp4/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))) + xp.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12, xp.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 + tmp13/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12), xp.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 + tmp13/xp.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, tmp12*xp.where(tmp8, 0.7777777777777778, 0.9375)), xp.minimum(tmp15/xp.minimum(tmp11, tmp6) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp14), xp.minimum(tmp15/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14, alpha_ring_ll_s + hop_net_tree_ll_s*tmp14), tmp15*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14, alpha_ring_simple_s + hop_net_tree_simple_s*tmp14)))))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2/numpy.log(2)
@@ -872,15 +875,13 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=18,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=18,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -1201,8 +1202,10 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp37 = tmp25*tmp30/nodes
         out = xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp22/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s + tmp24*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp21/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp22/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s + tmp24*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp22*xp.where(tmp4, tmp27, 1/tmp6) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s + tmp24*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp31/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp31/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp36/tmp35, xp.minimum(tmp13 + tmp36/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp35), xp.minimum(tmp16 + tmp36/xp.minimum(tmp14, tmp15*tmp35), xp.minimum(tmp37/xp.minimum(tmp28, tmp34) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp25, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp25), xp.minimum(tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp33) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp25, alpha_ring_ll_s + hop_net_tree_ll_s*tmp25), tmp37*xp.where(tmp4, tmp27, 1/tmp32) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp25, alpha_ring_simple_s + hop_net_tree_simple_s*tmp25)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -1218,15 +1221,13 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             inv3 = 2*nvls_efficiency
             inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=35,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=35,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -1678,8 +1679,10 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp37 = tmp25*tmp30/nodes
         out = msg_bytes/xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp22/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s + tmp24*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp21/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp22/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s + tmp24*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp22*xp.where(tmp4, tmp27, 1/tmp6) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s + tmp24*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp31/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp31/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp36/tmp35, xp.minimum(tmp13 + tmp36/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp35), xp.minimum(tmp16 + tmp36/xp.minimum(tmp14, tmp15*tmp35), xp.minimum(tmp37/xp.minimum(tmp28, tmp34) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp25, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp25), xp.minimum(tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp33) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp25, alpha_ring_ll_s + hop_net_tree_ll_s*tmp25), tmp37*xp.where(tmp4, tmp27, 1/tmp32) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp25, alpha_ring_simple_s + hop_net_tree_simple_s*tmp25)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -1695,15 +1698,13 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             inv3 = 2*nvls_efficiency
             inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=36,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -2157,8 +2158,10 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp37 = tmp25*tmp30/nodes
         out = tmp22/xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp22/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s + tmp24*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp21/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp22/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s + tmp24*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp22*xp.where(tmp4, tmp27, 1/tmp6) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s + tmp24*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp31/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp31/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp36/tmp35, xp.minimum(tmp13 + tmp36/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp35), xp.minimum(tmp16 + tmp36/xp.minimum(tmp14, tmp15*tmp35), xp.minimum(tmp37/xp.minimum(tmp28, tmp34) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp25, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp25), xp.minimum(tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp33) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp25, alpha_ring_ll_s + hop_net_tree_ll_s*tmp25), tmp37*xp.where(tmp4, tmp27, 1/tmp32) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp25, alpha_ring_simple_s + hop_net_tree_simple_s*tmp25)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -2174,15 +2177,13 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             inv3 = 2*nvls_efficiency
             inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=36,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -2540,22 +2541,22 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2644,22 +2645,22 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2747,8 +2748,10 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
         tmp1 = xp.less(nodes, 2)
         out = msg_bytes*tmp0*xp.where(tmp1, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp1, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -2756,15 +2759,13 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2845,15 +2846,16 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
         tmp1 = nvlink_nccl_bw_bytes_per_s/xp.maximum(1, tmp0)
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes/(ranks*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks)))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_all_gather_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=4,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2970,22 +2972,22 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
         tmp11 = xp.where(tmp8, tmp5, tmp9)
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s + hop_net_tree_ll_s*tmp7), xp.minimum(tmp10/xp.minimum(tmp6, 0.92*tmp11) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp10*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/xp.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp4/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_gather_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=13,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=13,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -3207,8 +3209,10 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
@@ -3220,15 +3224,13 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -3546,8 +3548,10 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = msg_bytes/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
@@ -3559,15 +3563,13 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            reals=22,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -3887,8 +3889,10 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = tmp8/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
@@ -3900,15 +3904,13 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            reals=22,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4190,22 +4192,22 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4294,22 +4296,22 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4397,8 +4399,10 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
         tmp1 = xp.less(nodes, 2)
         out = msg_bytes*tmp0*xp.where(tmp1, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp1, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -4406,15 +4410,13 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4495,15 +4497,16 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
         tmp1 = nvlink_nccl_bw_bytes_per_s/xp.maximum(1, tmp0)
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes/(ranks*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks)))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_reduce_scatter_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=4,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4620,22 +4623,22 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
         tmp11 = xp.where(tmp8, tmp5, tmp9)
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s + hop_net_tree_ll_s*tmp7), xp.minimum(tmp10/xp.minimum(tmp6, 0.92*tmp11) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp10*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/xp.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp4/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_reduce_scatter_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=13,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=13,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -4857,8 +4860,10 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
@@ -4870,15 +4875,13 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -5196,8 +5199,10 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = msg_bytes/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
@@ -5209,15 +5214,13 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            reals=22,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -5537,8 +5540,10 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = tmp8/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
@@ -5550,15 +5555,13 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            reals=22,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -5836,15 +5839,16 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_broadcast_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=2,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -5915,15 +5919,16 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_ring_ll128_s + msg_bytes/xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_broadcast_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=3,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -5992,22 +5997,22 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
         tmp0 = xp.less(nodes, 2)
         out = alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6098,22 +6103,22 @@ def collective_broadcast_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6232,22 +6237,22 @@ def collective_broadcast_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = msg_bytes/xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=5,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6368,22 +6373,22 @@ def collective_broadcast_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = msg_bytes/xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=5,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6511,15 +6516,16 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
         tmp1 = msg_bytes/ranks
         out = alpha_ring_ll_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp1*(ranks_per_node - 1)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0), tmp1*(ranks - ranks_per_node)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used/ranks_per_node)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=4,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -6601,15 +6607,16 @@ def collective_all_to_all_p2p_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
         tmp2 = msg_bytes/ranks
         out = alpha_ring_ll128_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2*(ranks_per_node - 1)/xp.minimum(tmp0, 0.92*tmp1), tmp2*(ranks - ranks_per_node)/xp.minimum(tmp0, 0.92*xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used/ranks_per_node)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=5,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
@@ -6686,8 +6693,10 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
         tmp0 = msg_bytes/ranks
         out = alpha_ring_simple_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp0*(ranks_per_node - 1)/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp0*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6695,15 +6704,13 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = msg_bytes/ranks -> r0
             numpy.divide(msg_bytes, ranks, out=r0)
@@ -6797,8 +6804,10 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6806,15 +6815,13 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6946,8 +6953,10 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = msg_bytes/xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6955,15 +6964,13 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_algbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7098,8 +7105,10 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = tmp1*(ranks - 1)/xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -7107,15 +7116,13 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_busbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7264,22 +7271,22 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
         tmp1 = 0.5*(ring_channel_bw_bytes_per_s*ring_channels)
         out = alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp1), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp1)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 0.5*ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 0.5*ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7346,22 +7353,22 @@ def collective_send_recv_p2p_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll
         tmp2 = 0.92*(ring_channel_bw_bytes_per_s*ring_channels)
         out = alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp1, tmp2), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp1, tmp2)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 0.92*ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll128_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 0.92*ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7424,22 +7431,22 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
         tmp0 = xp.less(nodes, 2)
         out = alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7521,22 +7528,22 @@ def collective_send_recv_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp4 = 0.92*tmp1
         out = xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp3, tmp4), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp3, tmp4))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp2), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp2))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, tmp1))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7652,22 +7659,22 @@ def collective_send_recv_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = 0.92*tmp1
         out = msg_bytes/xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp3, tmp4), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp3, tmp4))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp2), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp2))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, tmp1))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7785,22 +7792,22 @@ def collective_send_recv_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = 0.92*tmp1
         out = msg_bytes/xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp3, tmp4), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp3, tmp4))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp2), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp2))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, tmp1))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)

@@ -151,15 +151,16 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
         tmp1 = part_size*tmp0
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1/xp.maximum(1, part_sharded*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_p, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_weights_bytes",
-        ("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_p, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_part_weights_bytes",
+            ("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_p, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
@@ -211,15 +212,16 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
         tmp1 = part_size*tmp0
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1/xp.maximum(1, part_sharded*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_gradients_bytes",
-        ("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_grad, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_part_gradients_bytes",
+            ("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_grad, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, part_computed, part_sharded, part_size, zero_level in call.blocks():
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
@@ -272,15 +274,16 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
         tmp1 = part_size*tmp0
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1/xp.maximum(1, part_sharded*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_optimizer, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_optimizer_bytes",
-        ("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_optimizer, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_part_optimizer_bytes",
+            ("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_optimizer, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_optimizer, part_computed, part_sharded, part_size, zero_level in call.blocks():
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
@@ -337,15 +340,16 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
         tmp1 = 1/xp.maximum(1, part_sharded*tmp0)
         out = part_size*tmp0*(bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1, 1) + bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1, 1) + bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1, 1))
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_model_states_bytes",
-        ("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_part_model_states_bytes",
+            ("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
@@ -413,22 +417,22 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
         tmp1 = h*tmp0*v
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1/xp.maximum(1, shard_embed*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_p, gather_embed, h, shard_embed, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (h, v) = _runtime.reals("memory_embedding_weights_bytes", ("h", "v"), (h, v))
             inv0 = h*v
-    call = _runtime.Call(
-        "memory_embedding_weights_bytes",
-        ("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
-        (bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_embedding_weights_bytes",
+            ("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
+            (bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -486,22 +490,22 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
         tmp1 = h*tmp0*v
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1/xp.maximum(1, shard_embed*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, gather_embed, h, shard_embed, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (h, v) = _runtime.reals("memory_embedding_gradients_bytes", ("h", "v"), (h, v))
             inv0 = h*v
-    call = _runtime.Call(
-        "memory_embedding_gradients_bytes",
-        ("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
-        (bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_embedding_gradients_bytes",
+            ("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
+            (bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -560,22 +564,22 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
         tmp1 = h*tmp0*v
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1/xp.maximum(1, shard_embed*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (h, v) = _runtime.reals("memory_embedding_optimizer_bytes", ("h", "v"), (h, v))
             inv0 = h*v
-    call = _runtime.Call(
-        "memory_embedding_optimizer_bytes",
-        ("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
-        (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_embedding_optimizer_bytes",
+            ("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
+            (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -634,8 +638,10 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
         tmp1 = (h*v*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v)/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
         return _runtime.broadcast(xp, out, (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
@@ -643,15 +649,13 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
             (h, tie_emb_out, v) = _runtime.reals("memory_output_weights_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
             inv0 = -tie_emb_out
             inv1 = h*v
-    call = _runtime.Call(
-        "memory_output_weights_bytes",
-        ("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
-        (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_output_weights_bytes",
+            ("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
+            (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
@@ -712,8 +716,10 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
         tmp1 = (h*v*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v)/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
@@ -721,15 +727,13 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
             (h, tie_emb_out, v) = _runtime.reals("memory_output_gradients_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
             inv0 = -tie_emb_out
             inv1 = h*v
-    call = _runtime.Call(
-        "memory_output_gradients_bytes",
-        ("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
-        (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_output_gradients_bytes",
+            ("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
+            (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
@@ -791,8 +795,10 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
         tmp1 = (h*v*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v)/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
         return _runtime.broadcast(xp, out, (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
@@ -800,15 +806,13 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
             (h, tie_emb_out, v) = _runtime.reals("memory_output_optimizer_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
             inv0 = -tie_emb_out
             inv1 = h*v
-    call = _runtime.Call(
-        "memory_output_optimizer_bytes",
-        ("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
-        (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_output_optimizer_bytes",
+            ("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
+            (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
@@ -897,8 +901,10 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
         tmp5 = (attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp5/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
@@ -912,15 +918,13 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_layer_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -1002,8 +1006,10 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
         tmp5 = (attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp5/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
@@ -1017,15 +1023,13 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_layer_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -1108,8 +1112,10 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
         tmp5 = (attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp5/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
@@ -1123,15 +1129,13 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_layer_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -1194,8 +1198,10 @@ def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh
         tmp4 = a*tmp3
         out = b*s*(bytes_compute*(hff*n_ffMM/t + 4*tmp2 + tmp4/t + (2*tmp3*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp4)/t) + 2*dropout*tmp2 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp4 = a*tmp3
@@ -1213,15 +1219,13 @@ def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh
             inv2 = 2*dropout
             inv3 = 4*flash_attention
             inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_standard_dense_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4),
-        reals=3,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4),
+            reals=3,
+            masks=0,
+        )
         for out, r0, r1, r2, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -1292,8 +1296,10 @@ def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compu
         tmp3 = a*tmp2
         out = b*s*(bytes_compute*(hff*n_ffMM/t + 4*tmp0 + tmp3/t + (2*tmp2*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp3)/t) + 2*dropout*tmp0)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp3 = a*tmp2
@@ -1307,15 +1313,13 @@ def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compu
             inv0 = 2*tmp2*numpy.where(numpy.greater(n_kv, 0), n_kv, a) + tmp3
             inv1 = hff*n_ffMM
             inv2 = 2*dropout
-    call = _runtime.Call(
-        "memory_standard_dense_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp3", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2),
-        reals=2,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp3", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2),
+            reals=2,
+            masks=0,
+        )
         for out, r0, r1, a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -1425,8 +1429,10 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
         tmp13 = tmp8*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1))
         out = bytes_p*(xp.where(tmp4, tmp13/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp13) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -1446,15 +1452,13 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -1597,8 +1601,10 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
         tmp13 = tmp8*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1))
         out = bytes_grad*(xp.where(tmp4, tmp13/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp13) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -1618,15 +1624,13 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -1770,8 +1774,10 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
         tmp13 = tmp8*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1))
         out = bytes_optimizer*(xp.where(tmp4, tmp13/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp13) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -1791,15 +1797,13 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -1909,8 +1913,10 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
         tmp7 = a*tmp6
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp4 + tmp5/t_exp) + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp3 + tmp7/t + (2*tmp6*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp7)/t) + dropout*tmp4 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -1930,15 +1936,13 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
             inv2 = cap_fact*n_chosen_exp
             inv3 = 4*flash_attention
             inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -2026,8 +2030,10 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
         tmp6 = a*tmp5
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp2 + tmp4/t_exp) + n_exp/sp + n_shared_exp*tmp4/t + 4*tmp1 + tmp6/t + (2*tmp5*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp6)/t) + dropout*tmp2)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -2043,15 +2049,13 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
             inv0 = 2*tmp5*numpy.where(numpy.greater(n_kv, 0), n_kv, a) + tmp6
             inv1 = n_shared_exp*tmp4
             inv2 = cap_fact*n_chosen_exp
-    call = _runtime.Call(
-        "memory_standard_moe_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp4", "tmp6", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2),
-        reals=4,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp4", "tmp6", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2),
+            reals=4,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -2142,8 +2146,10 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
         tmp2 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp2/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -2151,15 +2157,13 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -2236,8 +2240,10 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
         tmp2 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp2/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -2245,15 +2251,13 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -2331,8 +2335,10 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp2 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp2/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -2340,15 +2346,13 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -2415,8 +2419,10 @@ def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
         tmp3 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(2*dc_kv + 2*dc_q + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp2 + (a*tmp3 + dh*n_kv + n_kv*tmp3)/t) + 2*dropout*tmp2 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp3 + dh*n_kv + n_kv*tmp3
@@ -2434,15 +2440,13 @@ def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
             inv3 = 2*dropout
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=3,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=3,
+            masks=0,
+        )
         for out, r0, r1, r2, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -2517,8 +2521,10 @@ def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_c
         tmp2 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp2 + dh*n_kv + n_kv*tmp2)/t) + 2*dropout*tmp0)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp2 + dh*n_kv + n_kv*tmp2
@@ -2534,15 +2540,13 @@ def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_c
             inv2 = hff*n_ffMM
             inv3 = 2*dc_kv + 2*dc_q + dhr
             inv4 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=2,
+            masks=0,
+        )
         for out, r0, r1, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -2647,8 +2651,10 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
         tmp10 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(xp.where(tmp4, tmp10/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp10) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -2662,15 +2668,13 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -2807,8 +2811,10 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
         tmp10 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(xp.where(tmp4, tmp10/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp10) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -2822,15 +2828,13 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -2969,8 +2973,10 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp10 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(xp.where(tmp4, tmp10/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp10) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -2984,15 +2990,13 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -3104,8 +3108,10 @@ def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
         tmp6 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp4 + tmp5/t_exp) + 2*dc_kv + 2*dc_q + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp3 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp4 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3125,15 +3131,13 @@ def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
             inv3 = 2*dc_kv + 2*dc_q + dhr
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=5,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=5,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -3224,8 +3228,10 @@ def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(tmp2 + tmp4/t_exp) + 2*dc_kv + 2*dc_q + dhr + n_exp/sp + n_shared_exp*tmp4/t + 4*tmp1 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + dropout*tmp2)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3243,15 +3249,13 @@ def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_com
             inv2 = a*dh
             inv3 = cap_fact*n_chosen_exp
             inv4 = 2*dc_kv + 2*dc_q + dhr
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
+            reals=4,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -3342,8 +3346,10 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
         tmp3 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp3/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3353,15 +3359,13 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -3437,8 +3441,10 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
         tmp3 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp3/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3448,15 +3454,13 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -3533,8 +3537,10 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp3 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp3/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3544,15 +3550,13 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -3617,8 +3621,10 @@ def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
         tmp3 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(2*dc_kv + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp2 + (a*tmp3 + dh*n_kv + n_kv*tmp3)/t) + 2*dropout*tmp2 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp3 + dh*n_kv + n_kv*tmp3
@@ -3636,15 +3642,13 @@ def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
             inv3 = 2*dropout
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=3,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=3,
+            masks=0,
+        )
         for out, r0, r1, r2, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -3718,8 +3722,10 @@ def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_c
         tmp2 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp2 + dh*n_kv + n_kv*tmp2)/t) + 2*dropout*tmp0)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp2 + dh*n_kv + n_kv*tmp2
@@ -3735,15 +3741,13 @@ def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_c
             inv2 = hff*n_ffMM
             inv3 = 2*dc_kv + dhr
             inv4 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=2,
+            masks=0,
+        )
         for out, r0, r1, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -3847,8 +3851,10 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
         tmp11 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(xp.where(tmp4, tmp11/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp11) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -3864,15 +3870,13 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -4008,8 +4012,10 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
         tmp11 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(xp.where(tmp4, tmp11/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp11) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -4025,15 +4031,13 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -4171,8 +4175,10 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp11 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(xp.where(tmp4, tmp11/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp11) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
@@ -4188,15 +4194,13 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -4307,8 +4311,10 @@ def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
         tmp6 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp4 + tmp5/t_exp) + 2*dc_kv + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp3 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp4 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -4328,15 +4334,13 @@ def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
             inv3 = 2*dc_kv + dhr
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=5,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=5,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -4426,8 +4430,10 @@ def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(tmp2 + tmp4/t_exp) + 2*dc_kv + dhr + n_exp/sp + n_shared_exp*tmp4/t + 4*tmp1 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + dropout*tmp2)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -4445,15 +4451,13 @@ def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_com
             inv2 = a*dh
             inv3 = cap_fact*n_chosen_exp
             inv4 = 2*dc_kv + dhr
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
+            reals=4,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -4677,8 +4681,10 @@ def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
         (m, p, pp_rank, vp) = _runtime.floats(xp, (m, p, pp_rank, vp))
         out = xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))
         return _runtime.broadcast(xp, out, (m, p, pp_rank, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -pp_rank
             inv1 = -2*pp_rank - 1
@@ -4686,15 +4692,13 @@ def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
             (pp_rank,) = _runtime.reals("memory_pp_in_flight_microbatches_count", ("pp_rank",), (pp_rank,))
             inv0 = -pp_rank
             inv1 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_pp_in_flight_microbatches_count",
-        ("m", "p", "pp_rank", "vp", "inv0", "inv1"),
-        (m, p, pp_rank, vp, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_pp_in_flight_microbatches_count",
+            ("m", "p", "pp_rank", "vp", "inv0", "inv1"),
+            (m, p, pp_rank, vp, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, m, p, pp_rank, vp, inv0, inv1 in call.blocks():
             # out = numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv0 + p),
             #     numpy.minimum(m, (inv1 + p*vp + p)/vp))
@@ -4799,8 +4803,10 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
         tmp10 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp10*tmp4, tmp10))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -4818,15 +4824,13 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             tmp8 = a*tmp6
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -4969,8 +4973,10 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
         tmp10 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp10*tmp4, tmp10))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -4988,15 +4994,13 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             tmp8 = a*tmp6
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -5140,8 +5144,10 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
         tmp10 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp10*tmp4, tmp10))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -5159,15 +5165,13 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             tmp8 = a*tmp6
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -5316,8 +5320,10 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
         tmp14 = attn_output_gate + 1
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp6*(n_body + n_extra + n_extra_sel)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.5*(n_attMM*(h*tmp13 + qkv_bias*tmp13)) + 2*n_qknorm*tmp9 + tmp12*(h*o_bias + tmp11) + tmp12*(qkv_bias*tmp10*tmp14 + tmp11*tmp14) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -5339,15 +5345,13 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             tmp14 = attn_output_gate + 1
             inv0 = -tie_emb_out
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.5*(n_attMM*(h*tmp13 + qkv_bias*tmp13)) + 2*n_qknorm*tmp9 + tmp12*(h*o_bias + tmp11) + tmp12*(qkv_bias*tmp10*tmp14 + tmp11*tmp14) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_model_states_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
-        reals=5,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_model_states_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
+            reals=5,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -5491,8 +5495,10 @@ def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_
         tmp5 = a/t
         out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 + n_output*(bytes_compute*tmp2 + bytes_logits*v/t) + n_sel_rec*tmp4 + (4*flash_attention*tmp5 + s*tmp5*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp4)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
@@ -5512,15 +5518,13 @@ def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv6 = -pp_rank
             inv7 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_standard_dense_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -5644,8 +5648,10 @@ def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute
         tmp5 = xp.where(xp.not_equal(dh, 0), dh, h/a)/t
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp4 + bytes_compute*(a*tmp5 + hff*n_ffMM/t + 4*tmp4 + tmp5*(a + 2*xp.where(xp.greater(n_kv, 0), n_kv, a))) + 2*dropout*tmp4 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -5663,15 +5669,13 @@ def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute
             inv4 = hff*n_ffMM
             inv5 = -bytes_compute
             inv6 = 2*dropout
-    call = _runtime.Call(
-        "memory_standard_dense_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=6,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=6,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -5854,8 +5858,10 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
         tmp21 = n_attMM*(h + qkv_bias)
         out = h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp20*tmp5*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp17) + 2*n_kv*tmp16*tmp21 + 8*n_qknorm*tmp16 + tmp17*tmp21*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec + tmp20))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp19)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -5883,15 +5889,13 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             inv5 = -tie_emb_out
             inv6 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp17)) + 0.5*(n_kv*tmp16*tmp21) + 2*n_qknorm*tmp16 + 0.25*(tmp17*tmp21*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = h*v
-    call = _runtime.Call(
-        "memory_standard_dense_stage_total_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_total_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -6176,8 +6180,10 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
         tmp21 = n_attMM*(h + qkv_bias)
         out = device_memory_bytes - h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) - memory_reserve - n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) - 0.25*(tmp0*tmp20*tmp5*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp17) + 2*n_kv*tmp16*tmp21 + 8*n_qknorm*tmp16 + tmp17*tmp21*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1))))) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec + tmp20))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp19)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -6207,15 +6213,13 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             inv6 = -attn_extra_p - h*layer_norms*(norm_bias + 1) - 0.25*(h*n_attMM*(o_bias + tmp17)) - 0.5*(n_kv*tmp16*tmp21) - 2*n_qknorm*tmp16 - 0.25*(tmp17*tmp21*(attn_output_gate + 1)) - (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = -h*v
             inv8 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_standard_dense_stage_headroom_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_headroom_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -6500,8 +6504,10 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
         tmp21 = n_attMM*(h + qkv_bias)
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + memory_reserve + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp20*tmp5*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp17) + 2*n_kv*tmp16*tmp21 + 8*n_qknorm*tmp16 + tmp17*tmp21*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec + tmp20))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp19)*xp.minimum(1, n_full_rec))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -6531,15 +6537,13 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             inv6 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp17)) + 0.5*(n_kv*tmp16*tmp21) + 2*n_qknorm*tmp16 + 0.25*(tmp17*tmp21*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = h*v
             inv8 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_standard_dense_stage_fits",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=16,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_fits",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=16,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -6799,8 +6803,10 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
         tmp17 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp17*tmp4, tmp17) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -6824,15 +6830,13 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             tmp15 = a*tmp13
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_stage_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7030,8 +7034,10 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
         tmp17 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp17*tmp4, tmp17) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -7055,15 +7061,13 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             tmp15 = a*tmp13
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_stage_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7262,8 +7266,10 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
         tmp17 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp17*tmp4, tmp17) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -7287,15 +7293,13 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             tmp15 = a*tmp13
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_stage_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7503,8 +7507,10 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
         tmp21 = attn_output_gate + 1
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + (n_body + n_extra + n_extra_sel)*(tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp20 + qkv_bias*tmp20)) + 2*n_qknorm*tmp16 + tmp19*(h*o_bias + tmp18) + tmp19*(qkv_bias*tmp17*tmp21 + tmp18*tmp21)) + tmp9*(n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp12, 1) + bytes_optimizer*xp.where(tmp4, tmp12, 1) + bytes_p*xp.where(tmp5, tmp12, 1)) + n_exp*tmp14*(mlp_bias*(h + tmp11*tmp13) + tmp10*tmp13)*(bytes_grad*xp.where(tmp3, tmp15, 1) + bytes_optimizer*xp.where(tmp4, tmp15, 1) + bytes_p*xp.where(tmp5, tmp15, 1))/ep)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp10 = h*hff_exp*n_ffMM
@@ -7532,15 +7538,13 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp20 + qkv_bias*tmp20)) + 2*n_qknorm*tmp16 + tmp19*(h*o_bias + tmp18) + tmp19*(qkv_bias*tmp17*tmp21 + tmp18*tmp21)
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_standard_moe_stage_model_states_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
-        reals=12,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_model_states_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
+            reals=12,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -7752,8 +7756,10 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
         tmp7 = a/t
         out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 + n_output*(bytes_compute*tmp3 + bytes_logits*v/t) + n_sel_rec*tmp6 + (4*flash_attention*tmp7 + s*tmp7*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -7777,15 +7783,13 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
             inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv7 = -pp_rank
             inv8 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_standard_moe_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -7927,8 +7931,10 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
         tmp8 = xp.where(xp.not_equal(dh, 0), dh, h/a)/t
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp5 + bytes_compute*(a*tmp8 + cap_fact*n_chosen_exp*(tmp7 + tmp6/t_exp) + n_exp/sp + n_shared_exp*tmp6/t + 4*tmp5 + tmp8*(a + 2*xp.where(xp.greater(n_kv, 0), n_kv, a))) + dropout*tmp7 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -7948,15 +7954,13 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
             inv4 = n_shared_exp*tmp6
             inv5 = cap_fact*n_chosen_exp
             inv6 = -bytes_compute
-    call = _runtime.Call(
-        "memory_standard_moe_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-        reals=8,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
+            reals=8,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -8186,8 +8190,10 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
         tmp36 = attn_output_gate + 1
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp23*(tmp17*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp35 + qkv_bias*tmp35)) + n_qknorm*tmp20 + tmp34*(h*o_bias + tmp33) + tmp34*(qkv_bias*tmp19*tmp36 + tmp33*tmp36)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp22 + tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp26)*xp.minimum(1, n_full_rec), (-tmp22 - tmp26)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = hff_exp*n_ffMM
@@ -8237,15 +8243,13 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             inv9 = -pp_rank
             inv10 = -2*pp_rank - 1
             inv11 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_standard_moe_stage_total_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11),
-        reals=20,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_total_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11),
+            reals=20,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -8646,8 +8650,10 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
         tmp36 = attn_output_gate + 1
         out = device_memory_bytes - memory_reserve - n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) - n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) - tmp23*(tmp17*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp35 + qkv_bias*tmp35)) + n_qknorm*tmp20 + tmp34*(h*o_bias + tmp33) + tmp34*(qkv_bias*tmp19*tmp36 + tmp33*tmp36)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp22 + tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum((-tmp14 - tmp26)*xp.minimum(1, n_full_rec), (-tmp22 - tmp26)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = hff_exp*n_ffMM
@@ -8701,15 +8707,13 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             inv11 = -tie_emb_out
             inv12 = -tmp0
             inv13 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_standard_moe_stage_headroom_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_headroom_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -9110,8 +9114,10 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
         tmp36 = attn_output_gate + 1
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + memory_reserve + n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp23*(tmp17*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp35 + qkv_bias*tmp35)) + n_qknorm*tmp20 + tmp34*(h*o_bias + tmp33) + tmp34*(qkv_bias*tmp19*tmp36 + tmp33*tmp36)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp22 + tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp26)*xp.minimum(1, n_full_rec), (-tmp22 - tmp26)*xp.minimum(1, n_sel_rec))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = hff_exp*n_ffMM
@@ -9163,15 +9169,13 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             inv10 = -2*pp_rank - 1
             inv11 = -tie_emb_out
             inv12 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_standard_moe_stage_fits",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_fits",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -9481,8 +9485,10 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
         tmp7 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp7, tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -9494,15 +9500,13 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -9639,8 +9643,10 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
         tmp7 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp7, tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -9652,15 +9658,13 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -9798,8 +9802,10 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp7 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp7, tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -9811,15 +9817,13 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -9962,8 +9966,10 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
         tmp9 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp6*(n_body + n_extra + n_extra_sel)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -9975,15 +9981,13 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
-        reals=5,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
+            reals=5,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -10132,8 +10136,10 @@ def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, by
         tmp5 = bytes_compute*(2*dc_kv + 2*dc_q + dh*tmp3 + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp4 + dh*n_kv + n_kv*tmp4)/t) + dropout*tmp2
         out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 + n_output*(bytes_compute*tmp2 + bytes_logits*v/t) + n_sel_rec*tmp5 + (4*flash_attention*tmp3 + s*tmp3*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
@@ -10155,15 +10161,13 @@ def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, by
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv6 = -pp_rank
             inv7 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -10291,8 +10295,10 @@ def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp4 + bytes_compute*(2*dc_kv + 2*dc_q + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp4 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + 2*dropout*tmp4 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -10312,15 +10318,13 @@ def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
             inv4 = 2*dc_kv + 2*dc_q + dhr
             inv5 = -bytes_compute
             inv6 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=6,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=6,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -10503,8 +10507,10 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
         tmp22 = n_body + n_extra + n_extra_sel
         out = h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -10536,15 +10542,13 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv6 = -tie_emb_out
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -10832,8 +10836,10 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
         tmp22 = n_body + n_extra + n_extra_sel
         out = device_memory_bytes - h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) - memory_reserve - n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) - 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -10867,15 +10873,13 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv7 = -h*layer_norms*(norm_bias + 1) - 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) - 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) - (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -11163,8 +11167,10 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
         tmp22 = n_body + n_extra + n_extra_sel
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + memory_reserve + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -11198,15 +11204,13 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=16,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=16,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -11462,8 +11466,10 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
         tmp14 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp14*tmp4, tmp14) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -11481,15 +11487,13 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             inv2 = n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -11681,8 +11685,10 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
         tmp14 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp14*tmp4, tmp14) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -11700,15 +11706,13 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             inv2 = n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -11902,8 +11906,10 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp14 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp14*tmp4, tmp14) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -11921,15 +11927,13 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             inv2 = n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -12130,8 +12134,10 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
         tmp16 = 1/xp.maximum(1, shard_p_os_exp*tmp14*tmp15)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + (n_body + n_extra + n_extra_sel)*(tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + tmp9*(n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp12, 1) + bytes_optimizer*xp.where(tmp4, tmp12, 1) + bytes_p*xp.where(tmp5, tmp12, 1)) + n_exp*tmp15*(mlp_bias*(h + tmp11*tmp14) + tmp10*tmp14)*(bytes_grad*xp.where(tmp3, tmp16, 1) + bytes_optimizer*xp.where(tmp4, tmp16, 1) + bytes_p*xp.where(tmp5, tmp16, 1))/ep)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp10 = h*hff_exp*n_ffMM
@@ -12149,15 +12155,13 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
-        reals=12,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
+            reals=12,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -12373,8 +12377,10 @@ def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
         tmp7 = bytes_compute*(cap_fact*n_chosen_exp*(tmp3 + tmp5/t_exp) + 2*dc_kv + 2*dc_q + dh*tmp4 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp1 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp3
         out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 + n_output*(bytes_compute*tmp3 + bytes_logits*v/t) + n_sel_rec*tmp7 + (4*flash_attention*tmp4 + s*tmp4*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12400,15 +12406,13 @@ def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
             inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv7 = -pp_rank
             inv8 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -12553,8 +12557,10 @@ def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
         tmp8 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp5 + bytes_compute*(cap_fact*n_chosen_exp*(tmp7 + tmp6/t_exp) + 2*dc_kv + 2*dc_q + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp6/t + 4*tmp5 + (a*tmp8 + dh*n_kv + n_kv*tmp8)/t) + dropout*tmp7 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -12576,15 +12582,13 @@ def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
             inv4 = cap_fact*n_chosen_exp
             inv5 = 2*dc_kv + 2*dc_q + dhr
             inv6 = -bytes_compute
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-        reals=8,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
+            reals=8,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -12810,8 +12814,10 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
         tmp33 = -b*s*tmp11*tmp26
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dc_q*h + dc_q*tmp21 + dc_q + h*tmp16 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp33)*xp.minimum(1, n_full_rec), (-tmp23 - tmp33)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = a*dh
@@ -12857,15 +12863,13 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv10 = -pp_rank
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-        reals=20,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
+            reals=20,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -13262,8 +13266,10 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
         tmp33 = -b*s*tmp11*tmp26
         out = device_memory_bytes - memory_reserve - n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) - n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) - tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dc_q*h + dc_q*tmp21 + dc_q + h*tmp16 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum((-tmp14 - tmp33)*xp.minimum(1, n_full_rec), (-tmp23 - tmp33)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = a*dh
@@ -13313,15 +13319,13 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv12 = -tie_emb_out
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -13718,8 +13722,10 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
         tmp33 = -b*s*tmp11*tmp26
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + memory_reserve + n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dc_q*h + dc_q*tmp21 + dc_q + h*tmp16 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp33)*xp.minimum(1, n_full_rec), (-tmp23 - tmp33)*xp.minimum(1, n_sel_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = a*dh
@@ -13767,15 +13773,13 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -14085,8 +14089,10 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
         tmp8 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp8, tmp8))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -14100,15 +14106,13 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -14244,8 +14248,10 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
         tmp8 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp8, tmp8))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -14259,15 +14265,13 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -14404,8 +14408,10 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp8 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp8, tmp8))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -14419,15 +14425,13 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -14570,8 +14574,10 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
         tmp10 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp6*(n_body + n_extra + n_extra_sel)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp9 = a*h
@@ -14585,15 +14591,13 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
-        reals=5,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
+            reals=5,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -14741,8 +14745,10 @@ def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, by
         tmp5 = bytes_compute*(2*dc_kv + dh*tmp3 + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp4 + dh*n_kv + n_kv*tmp4)/t) + dropout*tmp2
         out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 + n_output*(bytes_compute*tmp2 + bytes_logits*v/t) + n_sel_rec*tmp5 + (4*flash_attention*tmp3 + s*tmp3*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
@@ -14764,15 +14770,13 @@ def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, by
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv6 = -pp_rank
             inv7 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -14899,8 +14903,10 @@ def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp4 + bytes_compute*(2*dc_kv + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp4 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + 2*dropout*tmp4 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -14920,15 +14926,13 @@ def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
             inv4 = 2*dc_kv + dhr
             inv5 = -bytes_compute
             inv6 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=6,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=6,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -15109,8 +15113,10 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
         tmp22 = n_body + n_extra + n_extra_sel
         out = h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -15142,15 +15148,13 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv6 = -tie_emb_out
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -15436,8 +15440,10 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
         tmp22 = n_body + n_extra + n_extra_sel
         out = device_memory_bytes - h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) - memory_reserve - n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) - 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -15471,15 +15477,13 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv7 = -h*layer_norms*(norm_bias + 1) - 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) - 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) - (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -15765,8 +15769,10 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
         tmp22 = n_body + n_extra + n_extra_sel
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + memory_reserve + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -15800,15 +15806,13 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=16,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=16,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -16064,8 +16068,10 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
         tmp15 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp15*tmp4, tmp15) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -16085,15 +16091,13 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             tmp13 = a*h
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -16285,8 +16289,10 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
         tmp15 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp15*tmp4, tmp15) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -16306,15 +16312,13 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             tmp13 = a*h
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -16507,8 +16511,10 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp15 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp15*tmp4, tmp15) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = -tie_emb_out
@@ -16528,15 +16534,13 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp13 = a*h
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -16737,8 +16741,10 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
         tmp17 = 1/xp.maximum(1, shard_p_os_exp*tmp15*tmp16)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + (n_body + n_extra + n_extra_sel)*(tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + tmp9*(n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp12, 1) + bytes_optimizer*xp.where(tmp4, tmp12, 1) + bytes_p*xp.where(tmp5, tmp12, 1)) + n_exp*tmp16*(mlp_bias*(h + tmp11*tmp15) + tmp10*tmp15)*(bytes_grad*xp.where(tmp3, tmp17, 1) + bytes_optimizer*xp.where(tmp4, tmp17, 1) + bytes_p*xp.where(tmp5, tmp17, 1))/ep)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp10 = h*hff_exp*n_ffMM
@@ -16758,15 +16764,13 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
-        reals=12,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
+            reals=12,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -16981,8 +16985,10 @@ def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
         tmp7 = bytes_compute*(cap_fact*n_chosen_exp*(tmp3 + tmp5/t_exp) + 2*dc_kv + dh*tmp4 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp1 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp3
         out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 + n_output*(bytes_compute*tmp3 + bytes_logits*v/t) + n_sel_rec*tmp7 + (4*flash_attention*tmp4 + s*tmp4*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17008,15 +17014,13 @@ def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
             inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv7 = -pp_rank
             inv8 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -17160,8 +17164,10 @@ def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
         tmp8 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp5 + bytes_compute*(cap_fact*n_chosen_exp*(tmp7 + tmp6/t_exp) + 2*dc_kv + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp6/t + 4*tmp5 + (a*tmp8 + dh*n_kv + n_kv*tmp8)/t) + dropout*tmp7 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -17183,15 +17189,13 @@ def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
             inv4 = cap_fact*n_chosen_exp
             inv5 = 2*dc_kv + dhr
             inv6 = -bytes_compute
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-        reals=8,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
+            reals=8,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -17416,8 +17420,10 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
         tmp33 = 1/xp.maximum(1, shard_p_os_exp*tmp31*tmp32)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp29) + tmp28) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp30, 1) + bytes_optimizer*xp.where(tmp4, tmp30, 1) + bytes_p*xp.where(tmp5, tmp30, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + h*tmp16 + h*tmp21 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*xp.where(tmp3, tmp33, 1) + bytes_optimizer*xp.where(tmp4, tmp33, 1) + bytes_p*xp.where(tmp5, tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp27)*xp.minimum(1, n_full_rec), (-tmp23 - tmp27)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = a*dh
@@ -17463,15 +17469,13 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv10 = -pp_rank
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12),
-        reals=20,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12),
+            reals=20,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -17867,8 +17871,10 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
         tmp33 = 1/xp.maximum(1, shard_p_os_exp*tmp31*tmp32)
         out = device_memory_bytes - memory_reserve - n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) - n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) - tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp29) + tmp28) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp30, 1) + bytes_optimizer*xp.where(tmp4, tmp30, 1) + bytes_p*xp.where(tmp5, tmp30, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + h*tmp16 + h*tmp21 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*xp.where(tmp3, tmp33, 1) + bytes_optimizer*xp.where(tmp4, tmp33, 1) + bytes_p*xp.where(tmp5, tmp33, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum((-tmp14 - tmp27)*xp.minimum(1, n_full_rec), (-tmp23 - tmp27)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = a*dh
@@ -17918,15 +17924,13 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv12 = -tie_emb_out
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -18322,8 +18326,10 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
         tmp33 = 1/xp.maximum(1, shard_p_os_exp*tmp31*tmp32)
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + memory_reserve + n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp29) + tmp28) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp30, 1) + bytes_optimizer*xp.where(tmp4, tmp30, 1) + bytes_p*xp.where(tmp5, tmp30, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + h*tmp16 + h*tmp21 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*xp.where(tmp3, tmp33, 1) + bytes_optimizer*xp.where(tmp4, tmp33, 1) + bytes_p*xp.where(tmp5, tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp27)*xp.minimum(1, n_full_rec), (-tmp23 - tmp27)*xp.minimum(1, n_sel_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
             tmp16 = a*dh
@@ -18371,15 +18377,13 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)

@@ -454,8 +454,10 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -463,15 +465,13 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -533,8 +533,10 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -542,15 +544,13 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -610,8 +610,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_b
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -619,15 +621,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_b
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -684,8 +684,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -695,15 +697,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -761,8 +761,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -772,15 +774,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -894,8 +894,10 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dh*n_kv
             tmp2 = 0.5*n_attMM
@@ -929,15 +931,13 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
             tmp16 = (h*h)
             inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_dense_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
+            reals=4,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2 in call.blocks():
             # tmp11 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -1056,8 +1056,10 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dh*n_kv
             tmp2 = 0.5*n_attMM
@@ -1089,15 +1091,13 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
             tmp15 = n_kv/a
             tmp16 = (h*h)
             inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_dense_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_dense_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=4,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
             # tmp11 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -1163,8 +1163,10 @@ def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1172,15 +1174,13 @@ def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1231,8 +1231,10 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1242,15 +1244,13 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1302,8 +1302,10 @@ def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1313,15 +1315,13 @@ def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1373,8 +1373,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1382,15 +1384,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1447,8 +1447,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1458,15 +1460,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1524,8 +1524,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gath
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1535,15 +1537,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gath
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1599,8 +1599,10 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1608,15 +1610,13 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1667,8 +1667,10 @@ def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1678,15 +1680,13 @@ def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1738,8 +1738,10 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1749,15 +1751,13 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1812,8 +1812,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -1821,15 +1823,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1890,8 +1890,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -1901,15 +1903,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1971,8 +1971,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -1982,15 +1984,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2051,8 +2051,10 @@ def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -2060,15 +2062,13 @@ def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2129,8 +2129,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -2140,15 +2142,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2210,8 +2210,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -2221,15 +2223,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2290,8 +2290,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, lev
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2299,15 +2301,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, lev
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2367,8 +2367,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2378,15 +2380,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2447,8 +2447,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, c
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2458,15 +2460,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, c
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2522,8 +2522,10 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2531,15 +2533,13 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2590,8 +2590,10 @@ def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2601,15 +2603,13 @@ def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2661,8 +2661,10 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2672,15 +2674,13 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2735,8 +2735,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_b
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2744,15 +2746,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_b
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2812,8 +2812,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2823,15 +2825,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2892,8 +2892,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2903,15 +2905,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2967,8 +2967,10 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2976,15 +2978,13 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3035,8 +3035,10 @@ def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3046,15 +3048,13 @@ def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3106,8 +3106,10 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3117,15 +3119,13 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3181,8 +3181,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3190,15 +3192,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3260,8 +3260,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3271,15 +3273,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3343,8 +3343,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3354,15 +3356,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3424,8 +3424,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3433,15 +3435,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3503,8 +3503,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3514,15 +3516,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3586,8 +3586,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3597,15 +3599,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3663,8 +3663,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -3672,15 +3674,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3737,8 +3737,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -3748,15 +3750,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3814,8 +3814,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -3825,15 +3827,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3889,8 +3889,10 @@ def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3898,15 +3900,13 @@ def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3957,8 +3957,10 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3968,15 +3970,13 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4028,8 +4028,10 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4039,15 +4041,13 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4099,8 +4099,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -4108,15 +4110,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4173,8 +4173,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -4184,15 +4186,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4250,8 +4250,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -4261,15 +4263,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4325,8 +4325,10 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4334,15 +4336,13 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4393,8 +4393,10 @@ def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4404,15 +4406,13 @@ def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4464,8 +4464,10 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4475,15 +4477,13 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4538,8 +4538,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4547,15 +4549,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4616,8 +4616,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4627,15 +4629,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4697,8 +4697,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4708,15 +4710,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4777,8 +4777,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4786,15 +4788,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4855,8 +4855,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4866,15 +4868,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4936,8 +4936,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4947,15 +4949,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5015,8 +5015,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, l
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5024,15 +5026,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, l
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5091,8 +5091,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5102,15 +5104,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5171,8 +5171,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5182,15 +5184,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5246,8 +5246,10 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5255,15 +5257,13 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5314,8 +5314,10 @@ def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5325,15 +5327,13 @@ def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5385,8 +5385,10 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5396,15 +5398,13 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5458,8 +5458,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5467,15 +5469,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5534,8 +5534,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5545,15 +5547,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5614,8 +5614,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5625,15 +5627,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5689,8 +5689,10 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5698,15 +5700,13 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5757,8 +5757,10 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5768,15 +5770,13 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5828,8 +5828,10 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5839,15 +5841,13 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5905,8 +5905,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -5916,15 +5918,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5988,8 +5988,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6001,15 +6003,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6075,8 +6075,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6088,15 +6090,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6160,8 +6160,10 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6171,15 +6173,13 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6243,8 +6243,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6256,15 +6258,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6330,8 +6330,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6343,15 +6345,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6408,8 +6408,10 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -6417,15 +6419,13 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_layer",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_layer",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
@@ -6483,8 +6483,10 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -6492,15 +6494,13 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_full_again",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_full_again",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
@@ -6601,8 +6601,10 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -6622,15 +6624,13 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -6722,8 +6722,10 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -6735,15 +6737,13 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_untied_embedding",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_untied_embedding",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -6835,8 +6835,10 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -6848,15 +6850,13 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -6968,8 +6968,10 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -6989,15 +6991,13 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_dense_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -7083,8 +7083,10 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*tmp1*v*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7096,15 +7098,13 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*v
-    call = _runtime.Call(
-        "stage_dp_unconverted_fsdp_untied_embedding",
-        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_fsdp_untied_embedding",
+            ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7189,8 +7189,10 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = v*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7202,15 +7204,13 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = v*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_unconverted_fsdp_output",
-        ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_fsdp_output",
+            ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -7311,8 +7311,10 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
         tmp5 = 0.25*n_attMM
         out = 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp3 = h + qkv_bias
@@ -7328,15 +7330,13 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
             tmp5 = 0.25*n_attMM
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-    call = _runtime.Call(
-        "stage_dp_reduced_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_standard_dense_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -7406,8 +7406,10 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*h*tmp2*v*(tmp1 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*v
@@ -7415,15 +7417,13 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
             (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_untied_embedding", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*v
-    call = _runtime.Call(
-        "stage_dp_reduced_fsdp_untied_embedding",
-        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
-        (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_fsdp_untied_embedding",
+            ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
+            (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7492,8 +7492,10 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = 2*bytes_grad*v*(h + 1)*(tmp1 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*v*(h + 1)
@@ -7501,15 +7503,13 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
             (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_output", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*v*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_reduced_fsdp_output",
-        ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
-        (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_fsdp_output",
+            ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
+            (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -7592,8 +7592,10 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
         tmp4 = xp.maximum(1, d*tmp0)
         out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7607,15 +7609,13 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
             inv2 = 2*bytes_grad
             inv3 = h*v
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_tied_embedding",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_tied_embedding",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7714,8 +7714,10 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
         tmp4 = xp.maximum(1, d*tmp0)
         out = tmp1*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7727,15 +7729,13 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*v
-    call = _runtime.Call(
-        "stage_dp_unconverted_fsdp_tied_embedding",
-        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_fsdp_tied_embedding",
+            ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7824,8 +7824,10 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*tmp2*(tmp1 - 1)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
@@ -7835,15 +7837,13 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_fsdp_tied_embedding",
-        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2"),
-        (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_fsdp_tied_embedding",
+            ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2"),
+            (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -8342,8 +8342,10 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
         tmp31 = xp.equal(zero2_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dh*n_kv
             tmp2 = 0.5*n_attMM
@@ -8385,15 +8387,13 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
             inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
             inv3 = h*shared_expert_gate
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4),
-        reals=8,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4),
+            reals=8,
+            masks=8,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4 in call.blocks():
             # tmp11 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -8604,8 +8604,10 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
         tmp31 = xp.equal(zero2_exp, 1)
         out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dh*n_kv
             tmp2 = 0.5*n_attMM
@@ -8645,15 +8647,13 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
             tmp21 = hff_exp*(n_ffMM - 1)
             inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
             inv3 = h*shared_expert_gate
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_moe_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3),
-        reals=8,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_moe_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3),
+            reals=8,
+            masks=8,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3 in call.blocks():
             # tmp11 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -8851,8 +8851,10 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
         tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -8880,15 +8882,13 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
             tmp21 = n_attMM*(h + qkv_bias)
             inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
             inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -9095,8 +9095,10 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
         tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -9122,15 +9124,13 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
             tmp20 = a*tmp19
             tmp21 = n_attMM*(h + qkv_bias)
             inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_moe_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -9311,8 +9311,10 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
         tmp12 = n_attMM*(h + qkv_bias)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1) + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 + tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = h*hff_exp*n_ffMM
             tmp4 = hff_exp*(n_ffMM - 1)
@@ -9336,15 +9338,13 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
             inv1 = attn_extra_p + 0.25*(h*n_attMM*(o_bias + tmp11)) + 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_exp*tmp9) + 0.5*(n_kv*tmp10*tmp12) + 2*n_qknorm*tmp10 + 0.25*(tmp11*tmp12*(attn_output_gate + 1))
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_standard_moe_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
@@ -9519,8 +9519,10 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*dc_q
@@ -9554,15 +9556,13 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
             inv2 = tmp15 + tmp5
             inv3 = tmp13 + tmp15
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -9722,8 +9722,10 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*dc_q
@@ -9755,15 +9757,13 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
             tmp15 = tmp7 + 2*h*n_qknorm/a
             inv2 = tmp15 + tmp5
             inv3 = tmp13 + tmp15
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
-        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-        (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
+            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
+            (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -9891,8 +9891,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
         tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - reshards
@@ -9908,15 +9910,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -10022,8 +10022,10 @@ def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p
         tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - reshards
@@ -10039,15 +10041,13 @@ def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -10143,8 +10143,10 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         tmp2 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*(tmp1 - 1)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
@@ -10154,15 +10156,13 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
-        (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+            (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -10337,8 +10337,10 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
         tmp34 = 8*tmp26 + tmp30
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -10402,15 +10404,13 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
             inv8 = tmp14 + tmp34
             inv9 = tmp24 + tmp34
             inv10 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
+            reals=8,
+            masks=9,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
@@ -10658,8 +10658,10 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
         tmp34 = 8*tmp26 + tmp30
         out = xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -10721,15 +10723,13 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
             inv7 = tmp24 + tmp31
             inv8 = tmp14 + tmp34
             inv9 = tmp24 + tmp34
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
-        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
+            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=8,
+            masks=9,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
@@ -10942,8 +10942,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -10965,15 +10967,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -11174,8 +11174,10 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -11195,15 +11197,13 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             inv3 = 1 - shard_spans_cp
             tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -11380,8 +11380,10 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         tmp10 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = h*hff_exp*n_ffMM
             tmp4 = hff_exp*(n_ffMM - 1)
@@ -11401,15 +11403,13 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
             inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
@@ -11581,8 +11581,10 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*h
@@ -11616,15 +11618,13 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
             inv2 = tmp15 + tmp5
             inv3 = tmp13 + tmp15
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -11780,8 +11780,10 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
         tmp19 = xp.equal(zero2_non_exp, 1)
         out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*h
@@ -11813,15 +11815,13 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
             tmp15 = tmp7 + 2*h*n_qknorm/a
             inv2 = tmp15 + tmp5
             inv3 = tmp13 + tmp15
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
-        ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-        (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
+            ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
+            (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
@@ -11949,8 +11949,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -11968,15 +11970,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -12082,8 +12082,10 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12101,15 +12103,13 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -12204,8 +12204,10 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*(tmp1 - 1)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = a*h
             tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12217,15 +12219,13 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
             tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
-        (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+            (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -12396,8 +12396,10 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
         tmp34 = 8*tmp16 + tmp30
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*h
@@ -12461,15 +12463,13 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
             inv8 = tmp34 + tmp4
             inv9 = tmp14 + tmp34
             inv10 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
+            reals=8,
+            masks=9,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -12713,8 +12713,10 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
         tmp34 = 8*tmp16 + tmp30
         out = xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0))))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*h
@@ -12776,15 +12778,13 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
             inv7 = tmp14 + tmp31
             inv8 = tmp34 + tmp4
             inv9 = tmp14 + tmp34
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
-        ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
+            ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=8,
+            masks=9,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
@@ -12996,8 +12996,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -13021,15 +13023,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -13229,8 +13229,10 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -13252,15 +13254,13 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             tmp18 = a*h
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -13437,8 +13437,10 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         tmp11 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = h*hff_exp*n_ffMM
             tmp4 = hff_exp*(n_ffMM - 1)
@@ -13460,15 +13462,13 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
             inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)

@@ -1172,8 +1172,10 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, -2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/((cp*cp)*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
@@ -1181,15 +1183,13 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_cp",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_cp",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
@@ -1254,8 +1254,10 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(1 - (ep - 1)/ep)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1263,15 +1265,13 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_ep",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_ep",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
@@ -1335,8 +1335,10 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
         (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1344,15 +1346,13 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_b",
-        ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_b",
+            ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1413,8 +1413,10 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
@@ -1422,15 +1424,13 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_layer__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_s",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_s",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1493,8 +1493,10 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, -2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/((cp*cp)*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
@@ -1502,15 +1504,13 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_cp",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_cp",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
@@ -1575,8 +1575,10 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(1 - (ep - 1)/ep)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1584,15 +1586,13 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_ep",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_ep",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
@@ -1656,8 +1656,10 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
         (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1665,15 +1667,13 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_b",
-        ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_b",
+            ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1734,8 +1734,10 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
@@ -1743,15 +1745,13 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
             (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_full_again__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_s",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_s",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1812,8 +1812,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, le
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -1821,15 +1823,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, le
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_t", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1888,8 +1888,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, l
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1897,15 +1899,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, l
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1964,8 +1964,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1973,15 +1975,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_b", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2037,8 +2037,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, le
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -2046,15 +2048,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, le
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_s", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2112,8 +2112,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -2123,15 +2125,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2190,8 +2190,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2201,15 +2203,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2268,8 +2268,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, 
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2279,15 +2281,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2343,8 +2343,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -2354,15 +2356,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2421,8 +2421,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute,
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -2432,15 +2434,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2501,8 +2501,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2512,15 +2514,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2580,8 +2580,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp
         (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2591,15 +2593,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2656,8 +2656,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute,
         (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -2667,15 +2669,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2796,8 +2796,10 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
         tmp23 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp14, tmp15), -tmp0*(2*tmp1 + 0.25*tmp10 + tmp13 + 0.25*tmp4 + tmp7*tmp8), xp.where(tmp14, -tmp0*(tmp13 + tmp17*tmp18 + 0.25*tmp19 + 0.25*tmp20 + tmp3*tmp7/a), 0)) + xp.where(xp.logical_and(tmp15, tmp23), -tmp22*(8*tmp1 + tmp10 + tmp21 + tmp4 + 2*tmp6*tmp8), xp.where(tmp23, -tmp22*(tmp17*tmp3*tmp6 + tmp19 + tmp20 + tmp21 + 8*tmp18/a), 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dh*n_qknorm
             tmp2 = a*dh
@@ -2847,15 +2849,13 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
             inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
             inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_dense_zero_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_zero_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
+            reals=4,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
@@ -2963,8 +2963,10 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         tmp10 = h/a
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp9, xp.not_equal(dh, 0)), -tmp8*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp9, -tmp8*(tmp0*tmp10 + tmp10*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = 2*n_qknorm
             tmp1 = a*dh
@@ -2992,15 +2994,13 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             inv0 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
             inv1 = -tmp0*tmp10 - tmp10*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_dense_zero_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_zero_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2 in call.blocks():
             # tmp8 = 1/((cp*cp)*t) -> r0
             numpy.multiply(cp, cp, out=r0)
@@ -3058,8 +3058,10 @@ def stage_cp_colossalai_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3067,15 +3069,13 @@ def stage_cp_colossalai_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3128,8 +3128,10 @@ def stage_cp_colossalai_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3139,15 +3141,13 @@ def stage_cp_colossalai_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3202,8 +3202,10 @@ def stage_cp_colossalai_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3213,15 +3215,13 @@ def stage_cp_colossalai_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3275,8 +3275,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, level_
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -3284,15 +3286,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, level_
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_t", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3351,8 +3351,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, level
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3360,15 +3362,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, level
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3427,8 +3427,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level_bou
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3436,15 +3438,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level_bou
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_b", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3500,8 +3500,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, level_
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -3509,15 +3511,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, level_
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_s", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3575,8 +3575,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, h, l
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -3586,15 +3588,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, h, l
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3653,8 +3653,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp, h, 
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3664,15 +3666,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp, h, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3731,8 +3731,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, leve
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3742,15 +3744,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, leve
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3806,8 +3806,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, h, l
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -3817,15 +3819,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, h, l
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3884,8 +3884,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -3895,15 +3897,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3964,8 +3964,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3975,15 +3977,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4043,8 +4043,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp, ga
         (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -4054,15 +4056,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp, ga
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4119,8 +4119,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -4130,15 +4132,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4195,8 +4195,10 @@ def stage_cp_hybrid_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4204,15 +4206,13 @@ def stage_cp_hybrid_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4265,8 +4265,10 @@ def stage_cp_hybrid_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4276,15 +4278,13 @@ def stage_cp_hybrid_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4339,8 +4339,10 @@ def stage_cp_hybrid_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4350,15 +4352,13 @@ def stage_cp_hybrid_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4415,8 +4415,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4424,15 +4426,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4496,8 +4496,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4505,15 +4507,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4577,8 +4577,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4586,15 +4588,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4654,8 +4654,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4663,15 +4665,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4733,8 +4733,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4744,15 +4746,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4816,8 +4816,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4827,15 +4829,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4899,8 +4899,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4910,15 +4912,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4978,8 +4978,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4989,15 +4991,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5060,8 +5060,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5071,15 +5073,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5144,8 +5144,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5155,15 +5157,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5228,8 +5228,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5239,15 +5241,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5308,8 +5308,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5319,15 +5321,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5389,8 +5389,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5398,15 +5400,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5470,8 +5470,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5479,15 +5481,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5551,8 +5551,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5560,15 +5562,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5628,8 +5628,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5637,15 +5639,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5707,8 +5707,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5718,15 +5720,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5790,8 +5790,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5801,15 +5803,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5873,8 +5873,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5884,15 +5886,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5952,8 +5952,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5963,15 +5965,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6034,8 +6034,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6045,15 +6047,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6118,8 +6118,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6129,15 +6131,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6202,8 +6202,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6213,15 +6215,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6282,8 +6282,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6293,15 +6295,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6363,8 +6363,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6372,15 +6374,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6443,8 +6443,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6452,15 +6454,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6522,8 +6522,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6531,15 +6533,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6598,8 +6598,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6607,15 +6609,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
             (a, bytes_compute, dh, level_bound_0, n_kv) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), (a, bytes_compute, dh, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6676,8 +6676,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6687,15 +6689,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6758,8 +6758,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6769,15 +6771,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6839,8 +6839,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6850,15 +6852,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6917,8 +6917,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6928,15 +6930,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6998,8 +6998,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7009,15 +7011,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7081,8 +7081,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7092,15 +7094,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7163,8 +7163,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
         (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7174,15 +7176,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7242,8 +7242,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7253,15 +7255,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7318,8 +7318,10 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -7327,15 +7329,13 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7388,8 +7388,10 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -7399,15 +7401,13 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7462,8 +7462,10 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -7473,15 +7475,13 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7538,8 +7538,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, le
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7547,15 +7549,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, le
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7618,8 +7618,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, l
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7627,15 +7629,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, l
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7697,8 +7697,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, level
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7706,15 +7708,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, level
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7773,8 +7773,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, le
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7782,15 +7784,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, le
             (a, bytes_compute, dh, level_bound_0, n_kv) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), (a, bytes_compute, dh, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7851,8 +7851,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7862,15 +7864,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7933,8 +7933,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7944,15 +7946,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8014,8 +8014,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8025,15 +8027,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8092,8 +8092,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8103,15 +8105,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8173,8 +8173,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8184,15 +8186,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8256,8 +8256,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8267,15 +8269,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8338,8 +8338,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8349,15 +8351,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8417,8 +8417,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8428,15 +8430,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8493,8 +8493,10 @@ def stage_cp_hybrid_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -8502,15 +8504,13 @@ def stage_cp_hybrid_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8563,8 +8563,10 @@ def stage_cp_hybrid_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -8574,15 +8576,13 @@ def stage_cp_hybrid_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8637,8 +8637,10 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -8648,15 +8650,13 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8714,8 +8714,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8723,15 +8725,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8797,8 +8797,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8806,15 +8808,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8879,8 +8879,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8888,15 +8890,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8957,8 +8957,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8966,15 +8968,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, n_kv) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv"), (a, bytes_compute, dh, h, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9037,8 +9037,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9048,15 +9050,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9122,8 +9122,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9133,15 +9135,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9206,8 +9206,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9217,15 +9219,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9286,8 +9286,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9297,15 +9299,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9370,8 +9370,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9381,15 +9383,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9456,8 +9456,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9467,15 +9469,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9541,8 +9541,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9552,15 +9554,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9622,8 +9622,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9633,15 +9635,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9704,8 +9704,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9713,15 +9715,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9787,8 +9787,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9796,15 +9798,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9869,8 +9869,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9878,15 +9880,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9947,8 +9947,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9956,15 +9958,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, n_kv) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv"), (a, bytes_compute, dh, h, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10027,8 +10027,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10038,15 +10040,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10112,8 +10112,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10123,15 +10125,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10196,8 +10196,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10207,15 +10209,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10276,8 +10276,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10287,15 +10289,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10360,8 +10360,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10371,15 +10373,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10446,8 +10446,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10457,15 +10459,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10531,8 +10531,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10542,15 +10544,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10612,8 +10612,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10623,15 +10625,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10690,8 +10690,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, l
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -10699,15 +10701,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, l
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_t", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10766,8 +10766,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -10775,15 +10777,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_cp", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10842,8 +10842,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, leve
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -10851,15 +10853,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, leve
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_b", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10915,8 +10915,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, l
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -10924,15 +10926,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, l
             (bytes_compute, dh, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_s", ("bytes_compute", "dh", "level_bound_0"), (bytes_compute, dh, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10990,8 +10990,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -11001,15 +11003,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11068,8 +11068,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11079,15 +11081,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11146,8 +11146,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh,
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11157,15 +11159,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11221,8 +11221,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -11232,15 +11234,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11299,8 +11299,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -11310,15 +11312,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11379,8 +11379,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11390,15 +11392,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11458,8 +11458,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp
         (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11469,15 +11471,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11534,8 +11534,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -11545,15 +11547,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11610,8 +11610,10 @@ def stage_cp_colossalai_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -11619,15 +11621,13 @@ def stage_cp_colossalai_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11680,8 +11680,10 @@ def stage_cp_colossalai_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -11691,15 +11693,13 @@ def stage_cp_colossalai_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11754,8 +11754,10 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -11765,15 +11767,13 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11827,8 +11827,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -11836,15 +11838,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_t", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11903,8 +11903,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11912,15 +11914,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_cp", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11979,8 +11979,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11988,15 +11990,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_b", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12052,8 +12052,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -12061,15 +12063,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
             (bytes_compute, dh, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_s", ("bytes_compute", "dh", "level_bound_0"), (bytes_compute, dh, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12127,8 +12127,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -12138,15 +12140,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12205,8 +12205,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12216,15 +12218,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12283,8 +12283,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12294,15 +12296,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12358,8 +12358,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -12369,15 +12371,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12436,8 +12436,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -12447,15 +12449,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12516,8 +12516,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12527,15 +12529,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12595,8 +12595,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
         (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12606,15 +12608,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12671,8 +12671,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -12682,15 +12684,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12747,8 +12747,10 @@ def stage_cp_hybrid_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -12756,15 +12758,13 @@ def stage_cp_hybrid_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12817,8 +12817,10 @@ def stage_cp_hybrid_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -12828,15 +12830,13 @@ def stage_cp_hybrid_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12891,8 +12891,10 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -12902,15 +12904,13 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12967,8 +12967,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -12976,15 +12978,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13048,8 +13048,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13057,15 +13059,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13129,8 +13129,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13138,15 +13140,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13206,8 +13206,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13215,15 +13217,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13285,8 +13285,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13296,15 +13298,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13368,8 +13368,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13379,15 +13381,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13451,8 +13451,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13462,15 +13464,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13530,8 +13530,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13541,15 +13543,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13612,8 +13612,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13623,15 +13625,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13696,8 +13696,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13707,15 +13709,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13780,8 +13780,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13791,15 +13793,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13860,8 +13860,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13871,15 +13873,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13941,8 +13941,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13950,15 +13952,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14022,8 +14022,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14031,15 +14033,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14103,8 +14103,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14112,15 +14114,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14180,8 +14180,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14189,15 +14191,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14259,8 +14259,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14270,15 +14272,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14342,8 +14342,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14353,15 +14355,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14425,8 +14425,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14436,15 +14438,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14504,8 +14504,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14515,15 +14517,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14586,8 +14586,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14597,15 +14599,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14670,8 +14670,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14681,15 +14683,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14754,8 +14754,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14765,15 +14767,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14834,8 +14834,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14845,15 +14847,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14914,8 +14914,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, d
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -14923,15 +14925,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, d
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14993,8 +14993,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15002,15 +15004,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15071,8 +15071,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr,
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15080,15 +15082,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr,
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15146,8 +15146,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, d
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -15155,15 +15157,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, d
             (bytes_compute, dh, dhr, level_bound_0, n_kv) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"), (bytes_compute, dh, dhr, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15223,8 +15223,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15234,15 +15236,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15304,8 +15304,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15315,15 +15317,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15384,8 +15384,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh,
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15395,15 +15397,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15461,8 +15461,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -15472,15 +15474,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15542,8 +15542,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15553,15 +15555,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15624,8 +15624,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15635,15 +15637,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15706,8 +15706,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp
         (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15717,15 +15719,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15785,8 +15785,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -15796,15 +15798,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15861,8 +15861,10 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -15870,15 +15872,13 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15931,8 +15931,10 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -15942,15 +15944,13 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16005,8 +16005,10 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -16016,15 +16018,13 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16080,8 +16080,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16089,15 +16091,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16159,8 +16159,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16168,15 +16170,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16237,8 +16237,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16246,15 +16248,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16312,8 +16312,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -16321,15 +16323,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
             (bytes_compute, dh, dhr, level_bound_0, n_kv) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"), (bytes_compute, dh, dhr, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16389,8 +16389,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16400,15 +16402,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16470,8 +16470,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16481,15 +16483,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16550,8 +16550,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16561,15 +16563,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16627,8 +16627,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -16638,15 +16640,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16708,8 +16708,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16719,15 +16721,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16790,8 +16790,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16801,15 +16803,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16872,8 +16872,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
         (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16883,15 +16885,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16951,8 +16951,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -16962,15 +16964,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17027,8 +17027,10 @@ def stage_cp_hybrid_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -17036,15 +17038,13 @@ def stage_cp_hybrid_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17097,8 +17097,10 @@ def stage_cp_hybrid_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -17108,15 +17110,13 @@ def stage_cp_hybrid_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17171,8 +17171,10 @@ def stage_cp_hybrid_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -17182,15 +17184,13 @@ def stage_cp_hybrid_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17250,8 +17250,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17261,15 +17263,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17337,8 +17337,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17348,15 +17350,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17423,8 +17423,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17434,15 +17436,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17505,8 +17505,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17516,15 +17518,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17589,8 +17589,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17602,15 +17604,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17678,8 +17678,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17691,15 +17693,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17766,8 +17766,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17779,15 +17781,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17850,8 +17850,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17863,15 +17865,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17938,8 +17938,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17951,15 +17953,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18028,8 +18028,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18041,15 +18043,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18117,8 +18117,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18130,15 +18132,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18202,8 +18202,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18215,15 +18217,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18288,8 +18288,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18299,15 +18301,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18375,8 +18375,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18386,15 +18388,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18461,8 +18461,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18472,15 +18474,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18543,8 +18543,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18554,15 +18556,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18627,8 +18627,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18640,15 +18642,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18716,8 +18716,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18729,15 +18731,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18804,8 +18804,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18817,15 +18819,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18888,8 +18888,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18901,15 +18903,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18976,8 +18976,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18989,15 +18991,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19066,8 +19066,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -19079,15 +19081,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19155,8 +19155,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -19168,15 +19170,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19240,8 +19240,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -19253,15 +19255,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19320,8 +19320,10 @@ def stage_ep_imbalanced_layer__d_ep(*, bytes_compute, comm_ep, ep, h, level_boun
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(1 - (ep - 1)/ep)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -19329,15 +19331,13 @@ def stage_ep_imbalanced_layer__d_ep(*, bytes_compute, comm_ep, ep, h, level_boun
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer__d_ep", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_layer__d_ep",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_layer__d_ep",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
@@ -19399,8 +19399,10 @@ def stage_ep_imbalanced_full_again__d_ep(*, bytes_compute, comm_ep, ep, h, level
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(1 - (ep - 1)/ep)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -19408,15 +19410,13 @@ def stage_ep_imbalanced_full_again__d_ep(*, bytes_compute, comm_ep, ep, h, level
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again__d_ep", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_full_again__d_ep",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_full_again__d_ep",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
@@ -19579,8 +19579,10 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
         tmp18 = xp.where(xp.less(tmp12, 1), 0, tmp11)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp16*tmp18/tmp13 - 2*bytes_grad*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -19604,15 +19606,13 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -19771,8 +19771,10 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         tmp7 = n_attMM*(h + qkv_bias)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp6 = a*tmp5
@@ -19786,15 +19788,13 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             tmp7 = n_attMM*(h + qkv_bias)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -19912,8 +19912,10 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
         tmp7 = n_attMM*(h + qkv_bias)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp6 = a*tmp5
@@ -19927,15 +19929,13 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
             tmp7 = n_attMM*(h + qkv_bias)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_d",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_d",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -20052,8 +20052,10 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -20071,15 +20073,13 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_m",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_m",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -20171,8 +20171,10 @@ def stage_dp_fsdp_untied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, g
         tmp4 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*h*score_factor_dp*stage_cost_scale*tmp3*tmp4*v*(1 - comm_dp_overlap)*(-tmp3*(tmp2 - 1) + 1)*xp.where(xp.less(tmp1, 1), 0, tmp0)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/xp.maximum(1, shard_embed*tmp4)
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*stage_cost_scale*v*(1 - comm_dp_overlap)
@@ -20180,15 +20182,13 @@ def stage_dp_fsdp_untied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, g
             (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_untied_embedding__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*stage_cost_scale*v*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_untied_embedding__d_d",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
-        (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_untied_embedding__d_d",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
+            (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -20286,8 +20286,10 @@ def stage_dp_fsdp_untied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap,
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp3, 0)/tmp4 - bytes_p*tmp3*(1 - reshards)*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -bytes_p*(1 - reshards)
             inv1 = 1 - shard_spans_cp
@@ -20299,15 +20301,13 @@ def stage_dp_fsdp_untied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap,
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_untied_embedding__d_m",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_untied_embedding__d_m",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -20426,8 +20426,10 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
         tmp15 = xp.where(xp.less(tmp9, 1), 0, tmp8)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*tmp13*tmp15/tmp10 - 2*bytes_grad*tmp11*tmp13*tmp15/(tmp10*tmp10) - tmp14*tmp7/tmp2 + tmp6*tmp7 - tmp4*tmp6*tmp7/tmp2 - tmp14/t - tmp4*tmp6/t)/(t*tmp2)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -20443,15 +20445,13 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             inv3 = 2*bytes_grad
             inv4 = -2*bytes_grad
             inv5 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_t",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_t",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -20579,8 +20579,10 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
         tmp3 = xp.maximum(1, tmp2)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(h + 1)*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
@@ -20588,15 +20590,13 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
             (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_cp", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_cp",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
-        (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_cp",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
+            (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -20683,8 +20683,10 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
         tmp3 = xp.maximum(1, tmp2)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(h + 1)*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
@@ -20692,15 +20694,13 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
             (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_d",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
-        (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_d",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
+            (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -20786,8 +20786,10 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -bytes_p*(1 - reshards)
             inv1 = 1 - shard_spans_cp
@@ -20799,15 +20801,13 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_m",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_m",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -20901,8 +20901,10 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
         tmp4 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*tmp3*tmp4*(1 - comm_dp_overlap)*(-tmp3*(tmp2 - 1) + 1)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.less(tmp1, 1), 0, tmp0)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/xp.maximum(1, shard_embed*tmp4)
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
@@ -20912,15 +20914,13 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_tied_embedding__d_d",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2"),
-        (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_tied_embedding__d_d",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2"),
+            (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -21024,8 +21024,10 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
         tmp4 = xp.maximum(1, d*tmp0)
         out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp3, 0)/tmp4 - bytes_p*tmp3*(1 - reshards)*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -bytes_p*(1 - reshards)
             inv1 = 1 - shard_spans_cp
@@ -21039,15 +21041,13 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
             inv2 = 2*bytes_grad
             inv3 = h*v
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_tied_embedding__d_m",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_tied_embedding__d_m",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -21811,8 +21811,10 @@ def stage_dp_standard_moe_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
         tmp23 = xp.equal(zero2_non_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp14, tmp15), -tmp0*(2*tmp1 + 0.25*tmp10 + tmp13 + 0.25*tmp4 + tmp7*tmp8), xp.where(tmp14, -tmp0*(tmp13 + tmp17*tmp18 + 0.25*tmp19 + 0.25*tmp20 + tmp3*tmp7/a), 0)) + xp.where(xp.logical_and(tmp15, tmp23), -tmp22*(8*tmp1 + tmp10 + tmp21 + tmp4 + 2*tmp6*tmp8), xp.where(tmp23, -tmp22*(tmp17*tmp3*tmp6 + tmp19 + tmp20 + tmp21 + 8*tmp18/a), 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dh*n_qknorm
             tmp2 = a*dh
@@ -21862,15 +21864,13 @@ def stage_dp_standard_moe_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
             inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
             inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
+            reals=4,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
@@ -22015,8 +22015,10 @@ def stage_dp_standard_moe_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
         tmp23 = xp.equal(zero3_exp, 1)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.not_equal(dh, 0)), -tmp9*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp10, -tmp9*(tmp0*tmp11 + tmp11*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0)) + xp.where(xp.logical_and(tmp12, tmp19), 0, xp.where(xp.logical_and(tmp12, tmp13), tmp21, xp.where(tmp12, tmp22, 0))) + xp.where(xp.logical_and(tmp19, tmp23), 0, xp.where(xp.logical_and(tmp13, tmp23), tmp21, xp.where(tmp23, tmp22, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = 2*n_qknorm
             tmp1 = a*dh
@@ -22052,15 +22054,13 @@ def stage_dp_standard_moe_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             inv2 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
             inv3 = -tmp0*tmp11 - tmp11*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp14", "tmp15", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=6,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp14", "tmp15", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=6,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp8 = 1/(cp*cp) -> r0
             numpy.multiply(cp, cp, out=r0)
@@ -22213,8 +22213,10 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
         tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
         return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -22228,15 +22230,13 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
             inv1 = h*shared_expert_gate
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer__d_ep",
-        ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
-        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer__d_ep",
+            ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
+            (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
@@ -22434,8 +22434,10 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
         tmp19 = xp.where(xp.less(tmp13, 1), 0, tmp12)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1))*(2*bytes_grad*tmp17*tmp19/tmp14 - 2*bytes_grad*tmp15*tmp17*tmp19/(tmp14*tmp14) + tmp10*tmp11 - tmp10*tmp11*tmp8/tmp2 - tmp11*tmp18/tmp2 - tmp10*tmp8/t - tmp18/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = 4*h
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -22461,15 +22463,13 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1)))
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -22678,8 +22678,10 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
         tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp27/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp27*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = h*hff_exp*n_ffMM
             tmp7 = hff_exp*(n_ffMM - 1)
@@ -22711,15 +22713,13 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             inv3 = -n_exp
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=15,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=15,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -22901,8 +22901,10 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
         tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = n_ffMM - 1
             inv1 = h*n_ffMM
@@ -22920,15 +22922,13 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad
             inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_ep",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_ep",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
             numpy.divide(shard_p_os_exp, t_exp, out=r0)
@@ -23086,8 +23086,10 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
         tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp17*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp17*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = 4*h
@@ -23113,15 +23115,13 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
             inv2 = -0.25*tmp17
             inv3 = 1 - shard_spans_cp
             inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_d",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-        reals=10,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_d",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
+            reals=10,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -23313,8 +23313,10 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
         tmp22 = xp.maximum(1, t*tmp10/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(0.5*(tmp12*tmp21*(tmp22 - 1)/tmp22) + tmp13*tmp9*(tmp14 - 1)/tmp14 - 0.25*(tmp21*tmp6*(tmp16 - 1)) - tmp4*tmp6*(tmp1 - 1) - tmp6*tmp9*(tmp7 - 1) + tmp13*tmp4*(tmp11 - 1)/tmp11)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -23340,15 +23342,13 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
             tmp20 = n_attMM*(h + qkv_bias)
             inv3 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1)
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_m",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-        reals=13,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_m",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
+            reals=13,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -23560,8 +23560,10 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
         tmp22 = 8*tmp16 + tmp18
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*dc_q
@@ -23617,15 +23619,13 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
             inv6 = -tmp22 - tmp4
             inv7 = -tmp14 - tmp22
             inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=4,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
@@ -23761,8 +23761,10 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         tmp13 = tmp6 + 2*h*n_qknorm/a
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = dc_kv*n_kv
             tmp1 = a*dc_q
@@ -23796,15 +23798,13 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             inv2 = -tmp13 - tmp4
             inv3 = -tmp12 - tmp13
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
+            reals=2,
+            masks=4,
+        )
         for out, r0, r1, m0, m1, m2, m3, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp8 = 1/((cp*cp)*t) -> r0
             numpy.multiply(cp, cp, out=r0)
@@ -23963,8 +23963,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
         tmp16 = xp.where(xp.less(tmp10, 1), 0, tmp9)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp14*tmp16/tmp11 - 2*bytes_grad*tmp12*tmp14*tmp16/(tmp11*tmp11) - tmp15*tmp8/tmp2 + tmp7*tmp8 - tmp5*tmp7*tmp8/tmp2 - tmp15/t - tmp5*tmp7/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - reshards
@@ -23984,15 +23986,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -24146,8 +24146,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
@@ -24157,15 +24159,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -24279,8 +24279,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
@@ -24290,15 +24292,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -24410,8 +24410,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
         tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -bytes_p*(1 - reshards)
@@ -24425,15 +24427,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -24572,8 +24572,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
         tmp22 = 8*tmp16 + tmp18
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*dc_q
@@ -24629,15 +24631,13 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
             inv6 = -tmp22 - tmp4
             inv7 = -tmp14 - tmp22
             inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=4,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
@@ -24810,8 +24810,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
         tmp26 = tmp19 + 2*h*n_qknorm/a
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -24853,15 +24855,13 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
             inv4 = -tmp17 - tmp26
             inv5 = -tmp25 - tmp26
             inv6 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=5,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=5,
+            masks=8,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, m6, m7, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp0 = numpy.equal(zero2_exp, 1) -> m0
             numpy.equal(zero2_exp, 1.0, out=m0)
@@ -25025,8 +25025,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
         tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
         return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -25040,15 +25042,13 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
             inv1 = h*shared_expert_gate
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer__d_ep",
-        ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
-        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer__d_ep",
+            ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
+            (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
@@ -25232,8 +25232,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
         tmp17 = xp.where(xp.less(tmp11, 1), 0, tmp10)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))*(2*bytes_grad*tmp15*tmp17/tmp12 - 2*bytes_grad*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = 4*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -25255,15 +25257,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -25467,8 +25467,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
         tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp25/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp25*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = h*hff_exp*n_ffMM
             tmp7 = hff_exp*(n_ffMM - 1)
@@ -25496,15 +25498,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             inv3 = -n_exp
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=15,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=15,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -25686,8 +25686,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
         tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = n_ffMM - 1
             inv1 = h*n_ffMM
@@ -25705,15 +25707,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad
             inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_ep",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_ep",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
             numpy.divide(shard_p_os_exp, t_exp, out=r0)
@@ -25865,8 +25865,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
         tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp15*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp15*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = 4*h
@@ -25888,15 +25890,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             inv2 = -0.25*tmp15
             inv3 = 1 - shard_spans_cp
             inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-        reals=10,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
+            reals=10,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -26083,8 +26083,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 - tmp19*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) + tmp14*tmp4*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -26104,15 +26106,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
             tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -26321,8 +26321,10 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
         tmp22 = 8*tmp16 + tmp18
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*h
@@ -26378,15 +26380,13 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
             inv6 = -tmp22 - tmp4
             inv7 = -tmp14 - tmp22
             inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=4,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
@@ -26520,8 +26520,10 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         tmp13 = tmp6 + 2*h*n_qknorm/a
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = dc_kv*n_kv
             tmp1 = a*h
@@ -26555,15 +26557,13 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             inv2 = -tmp13 - tmp4
             inv3 = -tmp12 - tmp13
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
+            reals=2,
+            masks=4,
+        )
         for out, r0, r1, m0, m1, m2, m3, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp8 = 1/((cp*cp)*t) -> r0
             numpy.multiply(cp, cp, out=r0)
@@ -26720,8 +26720,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
         tmp17 = xp.where(xp.less(tmp11, 1), 0, tmp10)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp15*tmp17/tmp12 - 2*bytes_grad*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -26743,15 +26745,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -26905,8 +26905,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
         tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = a*h
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -26918,15 +26920,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -27039,8 +27039,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
         tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = a*h
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -27052,15 +27054,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -27171,8 +27171,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -27188,15 +27190,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -27332,8 +27332,10 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
         tmp22 = 8*tmp16 + tmp18
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = dc_kv*n_kv
             tmp2 = a*h
@@ -27389,15 +27391,13 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
             inv6 = -tmp22 - tmp4
             inv7 = -tmp14 - tmp22
             inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=4,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp0 = 1/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
@@ -27568,8 +27568,10 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
         tmp26 = tmp19 + 2*h*n_qknorm/a
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -27611,15 +27613,13 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
             inv4 = -tmp17 - tmp26
             inv5 = -tmp25 - tmp26
             inv6 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=5,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=5,
+            masks=8,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, m6, m7, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp0 = numpy.equal(zero2_exp, 1) -> m0
             numpy.equal(zero2_exp, 1.0, out=m0)
@@ -27783,8 +27783,10 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
         tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
         return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -27798,15 +27800,13 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
             inv1 = h*shared_expert_gate
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer__d_ep",
-        ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
-        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer__d_ep",
+            ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
+            (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
             # tmp0 = numpy.equal(zero3_exp, 1) -> m0
             numpy.equal(zero3_exp, 1.0, out=m0)
@@ -27989,8 +27989,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
         tmp18 = xp.where(xp.less(tmp12, 1), 0, tmp11)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + n_exp*tmp4 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))*(2*bytes_grad*tmp16*tmp18/tmp13 - 2*bytes_grad*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = 4*h
             tmp5 = a*h
@@ -28014,15 +28016,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -28225,8 +28225,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
         tmp26 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp25) + dc_kv + dh*tmp24 + h*(dc_kv + dhr) + tmp24*(dhr + tmp25)) + n_exp*tmp23 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp26/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp26*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = h*hff_exp*n_ffMM
             tmp7 = hff_exp*(n_ffMM - 1)
@@ -28256,15 +28258,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             inv3 = -n_exp
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=15,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=15,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -28446,8 +28446,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
         tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = n_ffMM - 1
             inv1 = h*n_ffMM
@@ -28465,15 +28467,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad
             inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_ep",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_ep",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
             numpy.divide(shard_p_os_exp, t_exp, out=r0)
@@ -28625,8 +28625,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
         tmp16 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp15) + dc_kv + dh*tmp14 + h*(dc_kv + dhr) + tmp14*(dhr + tmp15)) + n_exp*tmp13 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp16*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp16*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = 4*h
@@ -28650,15 +28652,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             inv2 = -0.25*tmp16
             inv3 = 1 - shard_spans_cp
             inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-        reals=10,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
+            reals=10,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -28844,8 +28844,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 - tmp20*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) + tmp14*tmp4*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -28867,15 +28869,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
