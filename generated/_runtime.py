@@ -63,7 +63,8 @@ class Call:
         for name, value in zip(names, values):
             if not isinstance(value, float):
                 value = _array(function, name, value)
-                shapes.add(value.shape)
+                if value.ndim:  # a 0-d array (a model-only value computed once per call) broadcasts anywhere
+                    shapes.add(value.shape)
             arrays.append(value)
         try:
             # One shape (a pricer's columns of one batch, the usual call) needs no broadcasting rule.

@@ -698,7 +698,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -711,14 +711,22 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
             reals=5,
-            masks=2,
+            masks=3,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -726,19 +734,17 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = 2*tmp0 -> r2
             numpy.multiply(r0, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/ranks))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r2, msg_bytes, out=r0)
             numpy.multiply(ranks, ranks, out=r3)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
@@ -750,7 +756,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.multiply(r3, r4, out=r3)
             numpy.divide(r0, r3, out=r0)
             numpy.add(r0, hop_nvlink_nvls_s, out=r0)
-            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(out, r0, where=m1)
     return call.out
 
 
@@ -1159,7 +1165,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 194 (SymPy count_ops of the CSE form below); NumPy calls per block: 191.
+    # ops: 196 (SymPy count_ops of the CSE form below); NumPy calls per block: 191.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1211,24 +1217,28 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_nccl_time_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
             reals=35,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -1237,15 +1247,15 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -1265,7 +1275,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -1288,8 +1298,8 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.subtract(r21, r20, out=r21)
             # tmp25 = tmp23 - 2 -> r22
             numpy.subtract(r20, 2.0, out=r22)
-            # tmp26 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp26 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp27 = inv1/ring_channels -> r20
             numpy.divide(inv1, ring_channels, out=r20)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r23
@@ -1303,7 +1313,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r26, r3, out=r26)
             # tmp33 = numpy.where(tmp4, tmp3, tmp32) -> r4
             numpy.copyto(r4, r26)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp34 = 0.92*tmp33 -> r27
             numpy.multiply(r4, 0.92, out=r27)
             # tmp35 = numpy.minimum(tmp2, tmp34) -> r28
@@ -1320,17 +1330,17 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             #     numpy.minimum(tmp22/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s +
             #     inv2*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20,
-            #     alpha_ring_ll_s + inv4*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp21/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6)
-            #     + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20,
-            #     alpha_ring_simple_s + inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s +
+            #     inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6) + numpy.where(tmp4,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s +
+            #     inv6*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, numpy.minimum(alpha_ring_ll128_s +
@@ -1367,38 +1377,22 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(out, r24, out=out)
             numpy.minimum(r23, r7, out=r24)
             numpy.divide(r19, r24, out=r24)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r21, out=r30)
                 numpy.copyto(r31, hop_net_ring_ll128_s)
-                numpy.copyto(r31, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r31, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r31, r22, out=r31)
                 numpy.add(r30, r31, out=r30)
                 numpy.add(r30, alpha_ring_ll128_s, out=r30)
             numpy.multiply(r17, hop_nvlink_ring_ll128_s, out=r31)
             numpy.add(r31, alpha_ring_ll128_s, out=r31)
-            numpy.copyto(r30, r31, where=m0)
-            numpy.add(r24, r30, out=r24)
-            numpy.minimum(out, r24, out=out)
-            numpy.multiply(r6, 0.5, out=r24)
-            numpy.minimum(r24, ll_max_bw_bytes_per_s, out=r24)
-            numpy.divide(r19, r24, out=r24)
-            if not m0.all():
-                numpy.multiply(inv4, r21, out=r30)
-                numpy.copyto(r31, hop_net_ring_ll_s)
-                numpy.copyto(r31, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r31, r22, out=r31)
-                numpy.add(r30, r31, out=r30)
-                numpy.add(r30, alpha_ring_ll_s, out=r30)
-            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r31)
-            numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.copyto(r30, r31, where=m0)
+            numpy.copyto(r30, r31, where=m1)
             numpy.add(r24, r30, out=r24)
             numpy.minimum(out, r24, out=out)
             numpy.copyto(r24, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r30)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r31)
             numpy.multiply(r31, inv3, out=r31)
@@ -1409,27 +1403,42 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(r30, r31, out=r30)
             numpy.divide(r18, r30, out=r30)
             numpy.add(r30, hop_nvlink_nvls_s, out=r30)
-            numpy.copyto(r24, r30, where=m2)
+            numpy.copyto(r24, r30, where=m3)
+            numpy.minimum(out, r24, out=out)
+            numpy.multiply(r6, 0.5, out=r24)
+            numpy.minimum(r24, ll_max_bw_bytes_per_s, out=r24)
+            numpy.divide(r19, r24, out=r24)
+            if not m1.all():
+                numpy.multiply(inv5, r21, out=r30)
+                numpy.copyto(r31, hop_net_ring_ll_s)
+                numpy.copyto(r31, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r31, r22, out=r31)
+                numpy.add(r30, r31, out=r30)
+                numpy.add(r30, alpha_ring_ll_s, out=r30)
+            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r31)
+            numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.copyto(r30, r31, where=m1)
+            numpy.add(r24, r30, out=r24)
             numpy.minimum(out, r24, out=out)
             numpy.divide(1.0, r5, out=r24)
-            numpy.copyto(r24, r20, where=m0)
+            numpy.copyto(r24, r20, where=m1)
             numpy.multiply(r24, r19, out=r24)
-            if not m0.all():
-                numpy.multiply(inv5, r21, out=r30)
+            if not m1.all():
+                numpy.multiply(inv6, r21, out=r30)
                 numpy.copyto(r31, hop_net_ring_simple_s)
-                numpy.copyto(r31, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r31, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r31, r22, out=r31)
                 numpy.add(r30, r31, out=r30)
                 numpy.add(r30, alpha_ring_simple_s, out=r30)
             numpy.multiply(r17, hop_nvlink_ring_simple_s, out=r31)
             numpy.add(r31, alpha_ring_simple_s, out=r31)
-            numpy.copyto(r30, r31, where=m0)
+            numpy.copyto(r30, r31, where=m1)
             numpy.add(r24, r30, out=r24)
             numpy.minimum(out, r24, out=out)
             numpy.copyto(r24, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r30)
             numpy.multiply(r20, r25, out=r31)
             numpy.add(r30, r31, out=r30)
@@ -1467,7 +1476,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r33, alpha_ring_ll128_s, out=r33)
             numpy.multiply(r22, hop_nvlink_ring_ll128_s, out=r34)
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
-            numpy.copyto(r33, r34, where=m0)
+            numpy.copyto(r33, r34, where=m1)
             numpy.add(r32, r33, out=r32)
             numpy.minimum(r31, r32, out=r31)
             numpy.multiply(r4, 0.5, out=r32)
@@ -1477,21 +1486,21 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r33, alpha_ring_ll_s, out=r33)
             numpy.multiply(r22, hop_nvlink_ring_ll_s, out=r34)
             numpy.add(r34, alpha_ring_ll_s, out=r34)
-            numpy.copyto(r33, r34, where=m0)
+            numpy.copyto(r33, r34, where=m1)
             numpy.add(r32, r33, out=r32)
             numpy.minimum(r31, r32, out=r31)
             numpy.divide(1.0, r26, out=r32)
-            numpy.copyto(r32, r20, where=m0)
+            numpy.copyto(r32, r20, where=m1)
             numpy.multiply(r32, r29, out=r32)
             numpy.multiply(r22, hop_net_tree_simple_s, out=r33)
             numpy.add(r33, alpha_ring_simple_s, out=r33)
             numpy.multiply(r22, hop_nvlink_ring_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
-            numpy.copyto(r33, r34, where=m0)
+            numpy.copyto(r33, r34, where=m1)
             numpy.add(r32, r33, out=r32)
             numpy.minimum(r31, r32, out=r31)
             numpy.add(r30, r31, out=r30)
-            numpy.copyto(r24, r30, where=m2)
+            numpy.copyto(r24, r30, where=m3)
             numpy.minimum(out, r24, out=out)
     return call.out
 
@@ -1636,7 +1645,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 195 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
+    # ops: 197 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1688,24 +1697,28 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_nccl_algbw_bytes_per_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
             reals=36,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -1714,15 +1727,15 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -1742,7 +1755,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -1765,8 +1778,8 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.subtract(r21, r20, out=r21)
             # tmp25 = tmp23 - 2 -> r22
             numpy.subtract(r20, 2.0, out=r22)
-            # tmp26 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp26 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp27 = inv1/ring_channels -> r20
             numpy.divide(inv1, ring_channels, out=r20)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r23
@@ -1780,7 +1793,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r26, r3, out=r26)
             # tmp33 = numpy.where(tmp4, tmp3, tmp32) -> r4
             numpy.copyto(r4, r26)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp34 = 0.92*tmp33 -> r27
             numpy.multiply(r4, 0.92, out=r27)
             # tmp35 = numpy.minimum(tmp2, tmp34) -> r28
@@ -1797,17 +1810,17 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     numpy.minimum(tmp22/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s +
             #     inv2*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20,
-            #     alpha_ring_ll_s + inv4*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp21/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6)
-            #     + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20,
-            #     alpha_ring_simple_s + inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s +
+            #     inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6) + numpy.where(tmp4,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s +
+            #     inv6*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, numpy.minimum(alpha_ring_ll128_s +
@@ -1844,38 +1857,22 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r24, r30, out=r24)
             numpy.minimum(r23, r7, out=r30)
             numpy.divide(r19, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r24, r30, out=r24)
-            numpy.multiply(r6, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r19, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv4, r21, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r22, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r32)
             numpy.multiply(r32, inv3, out=r32)
@@ -1886,27 +1883,42 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r18, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r24, r30, out=r24)
+            numpy.multiply(r6, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r19, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv5, r21, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r22, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(1.0, r5, out=r30)
-            numpy.copyto(r30, r20, where=m0)
+            numpy.copyto(r30, r20, where=m1)
             numpy.multiply(r30, r19, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r21, out=r31)
+            if not m1.all():
+                numpy.multiply(inv6, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r20, r25, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -1944,7 +1956,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r4, 0.5, out=r33)
@@ -1954,21 +1966,21 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r20, where=m0)
+            numpy.copyto(r33, r20, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r22, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(msg_bytes, r24, out=out)
     return call.out
@@ -2115,7 +2127,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 195 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
+    # ops: 197 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2167,24 +2179,28 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_nccl_busbw_bytes_per_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
             reals=36,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -2193,15 +2209,15 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -2221,7 +2237,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -2244,8 +2260,8 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.subtract(r21, r20, out=r21)
             # tmp25 = tmp23 - 2 -> r22
             numpy.subtract(r20, 2.0, out=r22)
-            # tmp26 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp26 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp27 = inv1/ring_channels -> r20
             numpy.divide(inv1, ring_channels, out=r20)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r23
@@ -2259,7 +2275,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r26, r3, out=r26)
             # tmp33 = numpy.where(tmp4, tmp3, tmp32) -> r4
             numpy.copyto(r4, r26)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp34 = 0.92*tmp33 -> r27
             numpy.multiply(r4, 0.92, out=r27)
             # tmp35 = numpy.minimum(tmp2, tmp34) -> r28
@@ -2276,17 +2292,17 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     numpy.minimum(tmp22/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s +
             #     inv2*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20,
-            #     alpha_ring_ll_s + inv4*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp21/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6)
-            #     + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20,
-            #     alpha_ring_simple_s + inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s +
+            #     inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6) + numpy.where(tmp4,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s +
+            #     inv6*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, numpy.minimum(alpha_ring_ll128_s +
@@ -2323,38 +2339,22 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r24, r30, out=r24)
             numpy.minimum(r23, r7, out=r30)
             numpy.divide(r19, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r24, r30, out=r24)
-            numpy.multiply(r6, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r19, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv4, r21, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r22, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r32)
             numpy.multiply(r32, inv3, out=r32)
@@ -2365,27 +2365,42 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r18, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r24, r30, out=r24)
+            numpy.multiply(r6, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r19, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv5, r21, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r22, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(1.0, r5, out=r30)
-            numpy.copyto(r30, r20, where=m0)
+            numpy.copyto(r30, r20, where=m1)
             numpy.multiply(r30, r19, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r21, out=r31)
+            if not m1.all():
+                numpy.multiply(inv6, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r20, r25, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -2423,7 +2438,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r4, 0.5, out=r33)
@@ -2433,21 +2448,21 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r20, where=m0)
+            numpy.copyto(r33, r20, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r22, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(r19, r24, out=out)
     return call.out
@@ -2837,7 +2852,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2849,32 +2864,38 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
             reals=4,
-            masks=2,
+            masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
             numpy.maximum(1.0, r0, out=r1)
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks)))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r0, r0, out=r2)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
             numpy.multiply(r2, r3, out=r2)
@@ -2886,7 +2907,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.multiply(r2, ranks, out=r2)
             numpy.divide(msg_bytes, r2, out=r2)
             numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+            numpy.copyto(out, r2, where=m1)
     return call.out
 
 
@@ -3182,7 +3203,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 134 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
+    # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3215,23 +3236,27 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_nccl_time_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
             reals=21,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3239,8 +3264,8 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3249,15 +3274,15 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -3276,22 +3301,21 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -3307,10 +3331,9 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r16)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r17)
             numpy.multiply(r16, r17, out=r16)
@@ -3321,56 +3344,56 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r16, r1, out=r16)
             numpy.divide(r2, r16, out=r16)
             numpy.add(r16, hop_nvlink_nvls_s, out=r16)
-            numpy.copyto(out, r16, where=m2)
+            numpy.copyto(out, r16, where=m3)
             numpy.multiply(r6, 0.5, out=r16)
             numpy.minimum(r16, ll_max_bw_bytes_per_s, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll_s)
-                numpy.copyto(r17, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv1, r8, out=r18)
+                numpy.multiply(inv2, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r18)
             numpy.add(r18, alpha_ring_ll_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.multiply(r6, 0.92, out=r16)
             numpy.minimum(r16, r11, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll128_s)
-                numpy.copyto(r17, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv2, r8, out=r18)
+                numpy.multiply(inv3, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll128_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r18)
             numpy.add(r18, alpha_ring_ll128_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.divide(1.0, r5, out=r16)
-            numpy.copyto(r16, r10, where=m0)
+            numpy.copyto(r16, r10, where=m1)
             numpy.multiply(r16, r7, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_simple_s)
-                numpy.copyto(r17, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv3, r8, out=r18)
+                numpy.multiply(inv4, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_simple_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r18)
             numpy.add(r18, alpha_ring_simple_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r4, r17, out=r17)
@@ -3378,7 +3401,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.multiply(r13, 0.92, out=r18)
             numpy.minimum(r18, r11, out=r18)
@@ -3387,17 +3410,17 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r20)
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.divide(1.0, r15, out=r18)
-            numpy.copyto(r18, r10, where=m0)
+            numpy.copyto(r18, r10, where=m1)
             numpy.multiply(r18, r4, out=r18)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.multiply(r10, r14, out=r18)
@@ -3419,7 +3442,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.add(r17, r18, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.minimum(out, r16, out=out)
     return call.out
 
@@ -3521,7 +3544,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3554,23 +3577,27 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_nccl_algbw_bytes_per_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
             reals=22,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3578,8 +3605,8 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3588,15 +3615,15 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -3615,22 +3642,21 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -3646,10 +3672,9 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -3660,56 +3685,56 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -3717,7 +3742,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -3726,17 +3751,17 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -3758,7 +3783,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(msg_bytes, r16, out=out)
     return call.out
@@ -3862,7 +3887,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3895,23 +3920,27 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_nccl_busbw_bytes_per_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
             reals=22,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3919,8 +3948,8 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3929,15 +3958,15 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -3956,22 +3985,21 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -3987,10 +4015,9 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -4001,56 +4028,56 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -4058,7 +4085,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -4067,17 +4094,17 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -4099,7 +4126,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(r7, r16, out=out)
     return call.out
@@ -4488,7 +4515,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4500,32 +4527,38 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
             reals=4,
-            masks=2,
+            masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
             numpy.maximum(1.0, r0, out=r1)
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks)))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r0, r0, out=r2)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
             numpy.multiply(r2, r3, out=r2)
@@ -4537,7 +4570,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
             numpy.multiply(r2, ranks, out=r2)
             numpy.divide(msg_bytes, r2, out=r2)
             numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+            numpy.copyto(out, r2, where=m1)
     return call.out
 
 
@@ -4833,7 +4866,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 134 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
+    # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4866,23 +4899,27 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_nccl_time_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
             reals=21,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -4890,8 +4927,8 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -4900,15 +4937,15 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -4927,22 +4964,21 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -4958,10 +4994,9 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r16)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r17)
             numpy.multiply(r16, r17, out=r16)
@@ -4972,56 +5007,56 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r16, r1, out=r16)
             numpy.divide(r2, r16, out=r16)
             numpy.add(r16, hop_nvlink_nvls_s, out=r16)
-            numpy.copyto(out, r16, where=m2)
+            numpy.copyto(out, r16, where=m3)
             numpy.multiply(r6, 0.5, out=r16)
             numpy.minimum(r16, ll_max_bw_bytes_per_s, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll_s)
-                numpy.copyto(r17, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv1, r8, out=r18)
+                numpy.multiply(inv2, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r18)
             numpy.add(r18, alpha_ring_ll_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.multiply(r6, 0.92, out=r16)
             numpy.minimum(r16, r11, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll128_s)
-                numpy.copyto(r17, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv2, r8, out=r18)
+                numpy.multiply(inv3, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll128_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r18)
             numpy.add(r18, alpha_ring_ll128_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.divide(1.0, r5, out=r16)
-            numpy.copyto(r16, r10, where=m0)
+            numpy.copyto(r16, r10, where=m1)
             numpy.multiply(r16, r7, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_simple_s)
-                numpy.copyto(r17, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv3, r8, out=r18)
+                numpy.multiply(inv4, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_simple_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r18)
             numpy.add(r18, alpha_ring_simple_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r4, r17, out=r17)
@@ -5029,7 +5064,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.multiply(r13, 0.92, out=r18)
             numpy.minimum(r18, r11, out=r18)
@@ -5038,17 +5073,17 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r20)
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.divide(1.0, r15, out=r18)
-            numpy.copyto(r18, r10, where=m0)
+            numpy.copyto(r18, r10, where=m1)
             numpy.multiply(r18, r4, out=r18)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.multiply(r10, r14, out=r18)
@@ -5070,7 +5105,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.add(r17, r18, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.minimum(out, r16, out=out)
     return call.out
 
@@ -5172,7 +5207,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5205,23 +5240,27 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_nccl_algbw_bytes_per_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
             reals=22,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -5229,8 +5268,8 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -5239,15 +5278,15 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -5266,22 +5305,21 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -5297,10 +5335,9 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -5311,56 +5348,56 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -5368,7 +5405,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -5377,17 +5414,17 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -5409,7 +5446,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(msg_bytes, r16, out=out)
     return call.out
@@ -5513,7 +5550,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5546,23 +5583,27 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_nccl_busbw_bytes_per_s",
-            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
             reals=22,
-            masks=4,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -5570,8 +5611,8 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -5580,15 +5621,15 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -5607,22 +5648,21 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -5638,10 +5678,9 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -5652,56 +5691,56 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -5709,7 +5748,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -5718,17 +5757,17 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -5750,7 +5789,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(r7, r16, out=out)
     return call.out

@@ -728,7 +728,7 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -740,33 +740,36 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            inv0 = 1/device_intra_node_num
+            inv0 = numpy.equal(n_exp, 1)
+            inv1 = 1/device_intra_node_num
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (device_intra_node_num,) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num",), (device_intra_node_num,))
-            inv0 = 1/device_intra_node_num
+            (device_intra_node_num, n_exp) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num", "n_exp"), (device_intra_node_num, n_exp))
+            inv0 = numpy.equal(n_exp, 1)
+            inv1 = 1/device_intra_node_num
         call = _runtime.Call(
             "dp_legacy_ratio",
-            ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv0"),
-            (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv0),
+            ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv1"),
+            (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1),
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv0 in call.blocks():
+        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1 in call.blocks():
+            # inv0_mask = numpy.equal(n_exp, 1) -> m0
+            numpy.equal(n_exp, 1.0, out=m0)
             # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
-            #     1)*numpy.where(numpy.equal(n_exp, 1), 0.0625, 0.8*1/numpy.maximum(1, ep*inv0))/d)
-            numpy.equal(comm_d_non_exp, 0.0, out=m0)
-            if not m0.all():
+            #     1)*numpy.where(inv0_mask, 0.0625, 0.8*1/numpy.maximum(1, ep*inv1))/d)
+            numpy.equal(comm_d_non_exp, 0.0, out=m1)
+            if not m1.all():
                 numpy.subtract(comm_d_non_exp, 1.0, out=out)
-                numpy.equal(n_exp, 1.0, out=m1)
-                if not m1.all():
-                    numpy.multiply(inv0, ep, out=r0)
+                if not m0.all():
+                    numpy.multiply(inv1, ep, out=r0)
                     numpy.maximum(r0, 1.0, out=r0)
                     numpy.divide(0.8, r0, out=r0)
-                numpy.copyto(r0, 0.0625, where=m1)
+                numpy.copyto(r0, 0.0625, where=m0)
                 numpy.multiply(out, r0, out=out)
                 numpy.multiply(out, os_max_shard, out=out)
                 numpy.divide(out, d, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+            numpy.copyto(out, 0.0, where=m1)
     return call.out
 
 

@@ -142,7 +142,7 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_p, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -154,6 +154,12 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 3)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_weights_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_part_weights_bytes",
             ("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
@@ -162,15 +168,15 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
             masks=1,
         )
         for out, r0, r1, r2, m0, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = part_size*tmp0 -> r1
             numpy.multiply(r0, part_size, out=r1)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1/numpy.maximum(1,
-            #     part_sharded*tmp0), tmp1)
+            # out = bytes_p*numpy.where(inv0_mask, tmp1/numpy.maximum(1, part_sharded*tmp0), tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.multiply(r0, part_sharded, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -203,7 +209,7 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_grad, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -215,6 +221,12 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 2)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_gradients_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 2)
         call = _runtime.Call(
             "memory_part_gradients_bytes",
             ("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
@@ -223,15 +235,16 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
             masks=1,
         )
         for out, r0, r1, r2, m0, bytes_grad, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = part_size*tmp0 -> r1
             numpy.multiply(r0, part_size, out=r1)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1/numpy.maximum(1,
-            #     part_sharded*tmp0), tmp1)
+            # out = bytes_grad*numpy.where(inv0_mask, tmp1/numpy.maximum(1, part_sharded*tmp0),
+            #     tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.multiply(r0, part_sharded, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -265,7 +278,7 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_optimizer, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -277,6 +290,12 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_optimizer_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 1)
         call = _runtime.Call(
             "memory_part_optimizer_bytes",
             ("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
@@ -285,15 +304,16 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
             masks=1,
         )
         for out, r0, r1, r2, m0, bytes_optimizer, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = part_size*tmp0 -> r1
             numpy.multiply(r0, part_size, out=r1)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp1/numpy.maximum(1, part_sharded*tmp0), tmp1)
+            # out = bytes_optimizer*numpy.where(inv0_mask, tmp1/numpy.maximum(1, part_sharded*tmp0),
+            #     tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.multiply(r0, part_sharded, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -331,7 +351,7 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -343,14 +363,30 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 2)
+            inv1 = numpy.greater_equal(zero_level, 1)
+            inv2 = numpy.greater_equal(zero_level, 3)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_model_states_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 2)
+            inv1 = numpy.greater_equal(zero_level, 1)
+            inv2 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_part_model_states_bytes",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
             (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level),
             reals=3,
-            masks=1,
+            masks=3,
         )
-        for out, r0, r1, r2, m0, bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
+        for out, r0, r1, r2, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # inv2_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -358,21 +394,18 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
             numpy.multiply(r0, part_sharded, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # out = part_size*tmp0*(bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1,
-            #     1) + bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1), tmp1, 1) +
-            #     bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1, 1))
+            # out = part_size*tmp0*(bytes_grad*numpy.where(inv0_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(inv1_mask, tmp1, 1) + bytes_p*numpy.where(inv2_mask,
+            #     tmp1, 1))
             numpy.copyto(out, 1.0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.copyto(out, r1, where=m0)
             numpy.multiply(out, bytes_grad, out=out)
             numpy.copyto(r2, 1.0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            numpy.copyto(r2, r1, where=m0)
+            numpy.copyto(r2, r1, where=m1)
             numpy.multiply(r2, bytes_optimizer, out=r2)
             numpy.add(out, r2, out=out)
             numpy.copyto(r2, 1.0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
-            numpy.copyto(r2, r1, where=m0)
+            numpy.copyto(r2, r1, where=m2)
             numpy.multiply(r2, bytes_p, out=r2)
             numpy.add(out, r2, out=out)
             numpy.multiply(out, r0, out=out)
@@ -408,7 +441,7 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_p, gather_embed, h, shard_embed, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -423,9 +456,11 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, v) = _runtime.reals("memory_embedding_weights_bytes", ("h", "v"), (h, v))
+            (h, v, zero_level) = _runtime.reals("memory_embedding_weights_bytes", ("h", "v", "zero_level"), (h, v, zero_level))
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_embedding_weights_bytes",
             ("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
@@ -434,6 +469,8 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
             masks=1,
         )
         for out, r0, r1, r2, m0, bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -441,10 +478,8 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1)
+            # out = bytes_p*numpy.where(inv1_mask, tmp1/numpy.maximum(1, shard_embed*tmp0), tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -481,7 +516,7 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_grad, gather_embed, h, shard_embed, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -496,9 +531,11 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, v) = _runtime.reals("memory_embedding_gradients_bytes", ("h", "v"), (h, v))
+            (h, v, zero_level) = _runtime.reals("memory_embedding_gradients_bytes", ("h", "v", "zero_level"), (h, v, zero_level))
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 2)
         call = _runtime.Call(
             "memory_embedding_gradients_bytes",
             ("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
@@ -507,6 +544,8 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
             masks=1,
         )
         for out, r0, r1, r2, m0, bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -514,10 +553,8 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1)
+            # out = bytes_grad*numpy.where(inv1_mask, tmp1/numpy.maximum(1, shard_embed*tmp0), tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -555,7 +592,7 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_optimizer, gather_embed, h, shard_embed, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -570,9 +607,11 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, v) = _runtime.reals("memory_embedding_optimizer_bytes", ("h", "v"), (h, v))
+            (h, v, zero_level) = _runtime.reals("memory_embedding_optimizer_bytes", ("h", "v", "zero_level"), (h, v, zero_level))
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 1)
         call = _runtime.Call(
             "memory_embedding_optimizer_bytes",
             ("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
@@ -581,6 +620,8 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
             masks=1,
         )
         for out, r0, r1, r2, m0, bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -588,10 +629,9 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp1/numpy.maximum(1, shard_embed*tmp0), tmp1)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp1/numpy.maximum(1, shard_embed*tmp0),
+            #     tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -630,7 +670,7 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -645,31 +685,34 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, tie_emb_out, v) = _runtime.reals("memory_output_weights_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
+            (h, tie_emb_out, v, zero_level) = _runtime.reals("memory_output_weights_bytes", ("h", "tie_emb_out", "v", "zero_level"), (h, tie_emb_out, v, zero_level))
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_output_weights_bytes",
             ("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
             (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
             reals=2,
-            masks=1,
+            masks=2,
         )
-        for out, r0, r1, m0, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+        for out, r0, r1, m0, m1, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            # inv2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 1.0, where=m0)
+            numpy.less_equal(p, 1.0, out=m1)
+            numpy.copyto(r0, 1.0, where=m1)
             numpy.multiply(r0, inv0, out=r0)
             numpy.add(r0, 1.0, out=r0)
             numpy.multiply(r0, inv1, out=r0)
             numpy.add(r0, v, out=r0)
             numpy.divide(r0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv2_mask, tmp1/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp1)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -708,7 +751,7 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -723,31 +766,34 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, tie_emb_out, v) = _runtime.reals("memory_output_gradients_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
+            (h, tie_emb_out, v, zero_level) = _runtime.reals("memory_output_gradients_bytes", ("h", "tie_emb_out", "v", "zero_level"), (h, tie_emb_out, v, zero_level))
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 2)
         call = _runtime.Call(
             "memory_output_gradients_bytes",
             ("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
             (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
             reals=2,
-            masks=1,
+            masks=2,
         )
-        for out, r0, r1, m0, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+        for out, r0, r1, m0, m1, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 1.0, where=m0)
+            numpy.less_equal(p, 1.0, out=m1)
+            numpy.copyto(r0, 1.0, where=m1)
             numpy.multiply(r0, inv0, out=r0)
             numpy.add(r0, 1.0, out=r0)
             numpy.multiply(r0, inv1, out=r0)
             numpy.add(r0, v, out=r0)
             numpy.divide(r0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv2_mask, tmp1/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp1)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -787,7 +833,7 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -802,31 +848,34 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, tie_emb_out, v) = _runtime.reals("memory_output_optimizer_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
+            (h, tie_emb_out, v, zero_level) = _runtime.reals("memory_output_optimizer_bytes", ("h", "tie_emb_out", "v", "zero_level"), (h, tie_emb_out, v, zero_level))
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 1)
         call = _runtime.Call(
             "memory_output_optimizer_bytes",
             ("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
             (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
             reals=2,
-            masks=1,
+            masks=2,
         )
-        for out, r0, r1, m0, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+        for out, r0, r1, m0, m1, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            # inv2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 1.0, where=m0)
+            numpy.less_equal(p, 1.0, out=m1)
+            numpy.copyto(r0, 1.0, where=m1)
             numpy.multiply(r0, inv0, out=r0)
             numpy.add(r0, 1.0, out=r0)
             numpy.multiply(r0, inv1, out=r0)
             numpy.add(r0, v, out=r0)
             numpy.divide(r0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp1/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
+            # out = bytes_optimizer*numpy.where(inv2_mask, tmp1/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp1)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -889,7 +938,7 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -911,13 +960,15 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("memory_standard_dense_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level) = _runtime.reals("memory_standard_dense_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level))
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_standard_dense_layer_weights_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -926,12 +977,13 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
             masks=1,
         )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp5/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv1_mask, tmp5/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp5)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -994,7 +1046,7 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1016,13 +1068,15 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("memory_standard_dense_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level) = _runtime.reals("memory_standard_dense_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level))
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         call = _runtime.Call(
             "memory_standard_dense_layer_gradients_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -1031,12 +1085,13 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
             masks=1,
         )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp5/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv1_mask, tmp5/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp5)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -1100,7 +1155,7 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1122,13 +1177,15 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("memory_standard_dense_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level) = _runtime.reals("memory_standard_dense_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level))
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         call = _runtime.Call(
             "memory_standard_dense_layer_optimizer_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -1137,12 +1194,13 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
             masks=1,
         )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp5/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp5/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp5)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -1408,7 +1466,7 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1437,16 +1495,18 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("memory_standard_moe_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level) = _runtime.reals("memory_standard_moe_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
@@ -1460,12 +1520,12 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -1486,10 +1546,10 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.divide(1.0, t, out=r5)
             # tmp13 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_p*(numpy.where(tmp4, tmp13/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_p*(numpy.where(tmp4_mask, tmp13/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -1580,7 +1640,7 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1609,16 +1669,18 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("memory_standard_moe_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level) = _runtime.reals("memory_standard_moe_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
@@ -1632,12 +1694,12 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -1658,10 +1720,10 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, t, out=r5)
             # tmp13 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_grad*(numpy.where(tmp4, tmp13/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_grad*(numpy.where(tmp4_mask, tmp13/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -1753,7 +1815,7 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1782,16 +1844,18 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("memory_standard_moe_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level) = _runtime.reals("memory_standard_moe_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
@@ -1805,12 +1869,12 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -1831,10 +1895,10 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, t, out=r5)
             # tmp13 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_optimizer*(numpy.where(tmp4, tmp13/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_optimizer*(numpy.where(tmp4_mask, tmp13/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -2137,7 +2201,7 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 45 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2153,10 +2217,12 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_latent_dense_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_layer_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -2165,12 +2231,13 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             masks=1,
         )
         for out, r0, r1, m0, a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp2/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv1_mask, tmp2/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp2)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -2231,7 +2298,7 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 45 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2247,10 +2314,12 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_latent_dense_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_layer_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -2259,12 +2328,13 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             masks=1,
         )
         for out, r0, r1, m0, a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp2/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv1_mask, tmp2/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp2)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -2326,7 +2396,7 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 45 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2342,10 +2412,12 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_latent_dense_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_layer_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -2354,12 +2426,13 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             masks=1,
         )
         for out, r0, r1, m0, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp2/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp2/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp2)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -2633,7 +2706,7 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 77 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2659,13 +2732,15 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_latent_moe_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_latent_moe_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         call = _runtime.Call(
@@ -2676,12 +2751,12 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -2702,10 +2777,10 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             numpy.divide(1.0, t, out=r5)
             # tmp10 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_p*(numpy.where(tmp4, tmp10/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_p*(numpy.where(tmp4_mask, tmp10/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -2793,7 +2868,7 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 77 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2819,13 +2894,15 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_latent_moe_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_latent_moe_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         call = _runtime.Call(
@@ -2836,12 +2913,12 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -2862,10 +2939,10 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             numpy.divide(1.0, t, out=r5)
             # tmp10 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_grad*(numpy.where(tmp4, tmp10/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_grad*(numpy.where(tmp4_mask, tmp10/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -2955,7 +3032,7 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 77 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2981,13 +3058,15 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_latent_moe_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_latent_moe_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         call = _runtime.Call(
@@ -2998,12 +3077,12 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -3024,10 +3103,10 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, t, out=r5)
             # tmp10 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_optimizer*(numpy.where(tmp4, tmp10/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_optimizer*(numpy.where(tmp4_mask, tmp10/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -3336,7 +3415,7 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3354,11 +3433,13 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_direct_dense_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_direct_dense_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_layer_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -3367,12 +3448,13 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             masks=1,
         )
         for out, r0, r1, m0, a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp3/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv1_mask, tmp3/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp3)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -3431,7 +3513,7 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3449,11 +3531,13 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_direct_dense_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_direct_dense_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_layer_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -3462,12 +3546,13 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             masks=1,
         )
         for out, r0, r1, m0, a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp3/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv1_mask, tmp3/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp3)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -3527,7 +3612,7 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3545,11 +3630,13 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_direct_dense_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_direct_dense_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_layer_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
@@ -3558,12 +3645,13 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             masks=1,
         )
         for out, r0, r1, m0, a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp3/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp3/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp3)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -3832,7 +3920,7 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3859,14 +3947,16 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_direct_moe_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_direct_moe_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -3878,12 +3968,12 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -3904,10 +3994,10 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             numpy.divide(1.0, t, out=r5)
             # tmp11 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_p*(numpy.where(tmp4, tmp11/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_p*(numpy.where(tmp4_mask, tmp11/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -3993,7 +4083,7 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4020,14 +4110,16 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_direct_moe_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_direct_moe_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -4039,12 +4131,12 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -4065,10 +4157,10 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             numpy.divide(1.0, t, out=r5)
             # tmp11 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_grad*(numpy.where(tmp4, tmp11/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_grad*(numpy.where(tmp4_mask, tmp11/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -4156,7 +4248,7 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4183,14 +4275,16 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_direct_moe_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_direct_moe_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -4202,12 +4296,12 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             masks=1,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -4228,10 +4322,10 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, t, out=r5)
             # tmp11 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_optimizer*(numpy.where(tmp4, tmp11/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_optimizer*(numpy.where(tmp4_mask, tmp11/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -4785,7 +4879,7 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4809,6 +4903,7 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -4816,8 +4911,9 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -4832,6 +4928,8 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -4839,8 +4937,6 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -4859,9 +4955,9 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.multiply(r4, r2, out=r4)
             # tmp10 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*numpy.where(tmp2, tmp10*tmp4, tmp10))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp10*tmp4, tmp10))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -4955,7 +5051,7 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4979,6 +5075,7 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -4986,8 +5083,9 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -5002,6 +5100,8 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -5009,8 +5109,6 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -5029,9 +5127,9 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             numpy.multiply(r4, r2, out=r4)
             # tmp10 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp10*tmp4, tmp10))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp10*tmp4, tmp10))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -5126,7 +5224,7 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5150,6 +5248,7 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -5157,8 +5256,9 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -5173,6 +5273,8 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -5180,8 +5282,6 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -5200,9 +5300,9 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             numpy.multiply(r4, r2, out=r4)
             # tmp10 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp10*tmp4, tmp10))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp10*tmp4, tmp10))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -5298,7 +5398,7 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 92 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5326,6 +5426,9 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = a*tmp9
             tmp11 = h*tmp10
@@ -5335,8 +5438,11 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             inv0 = -tie_emb_out
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.5*(n_attMM*(h*tmp13 + qkv_bias*tmp13)) + 2*n_qknorm*tmp9 + tmp12*(h*o_bias + tmp11) + tmp12*(qkv_bias*tmp10*tmp14 + tmp11*tmp14) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = a*tmp9
             tmp11 = h*tmp10
@@ -5353,20 +5459,21 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -5389,22 +5496,23 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
             # out = inv1*tmp6*(n_body + n_extra + n_extra_sel) +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(out, 1.0, where=m3)
-            numpy.multiply(out, inv0, out=out)
-            numpy.add(out, 1.0, out=out)
-            numpy.multiply(out, tmp0, out=out)
-            numpy.add(out, v, out=out)
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v)
+            numpy.add(n_body, n_extra, out=out)
+            numpy.add(out, n_extra_sel, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, n_output, out=out)
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.multiply(r3, inv1, out=r3)
+            numpy.copyto(r3, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r3, 1.0, where=m3)
+            numpy.multiply(r3, inv0, out=r3)
+            numpy.add(r3, 1.0, out=r3)
+            numpy.multiply(r3, tmp0, out=r3)
+            numpy.add(r3, v, out=r3)
             numpy.multiply(r3, r2, out=r3)
+            numpy.multiply(r3, n_output, out=r3)
             numpy.add(out, r3, out=out)
             numpy.copyto(r3, 1.0)
             numpy.copyto(r3, r1, where=m0)
@@ -5829,7 +5937,7 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 156 (SymPy count_ops of the CSE form below); NumPy calls per block: 112.
+    # ops: 159 (SymPy count_ops of the CSE form below); NumPy calls per block: 112.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5863,6 +5971,9 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -5876,7 +5987,10 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             inv6 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp17)) + 0.5*(n_kv*tmp16*tmp21) + 2*n_qknorm*tmp16 + 0.25*(tmp17*tmp21*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -5897,20 +6011,21 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -5964,10 +6079,11 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             # tmp20 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) +
-            #     1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) +
+            #     n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) +
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
             #     2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec +
             #     tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 + p),
             #     numpy.minimum(m, (inv4 + p*vp + p)/vp)) +
@@ -5999,17 +6115,6 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.copyto(r12, r13, where=m3)
             numpy.multiply(out, r12, out=out)
             numpy.multiply(out, r5, out=out)
-            numpy.copyto(r12, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r12, 1.0, where=m3)
-            numpy.multiply(r12, inv5, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, h, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.multiply(r12, r1, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
             numpy.multiply(inv6, r0, out=r12)
             numpy.multiply(r12, r11, out=r12)
             numpy.multiply(r12, r2, out=r12)
@@ -6028,6 +6133,17 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.multiply(r12, inv7, out=r12)
             numpy.multiply(r12, r3, out=r12)
             numpy.multiply(r12, n_embedding, out=r12)
+            numpy.add(out, r12, out=out)
+            numpy.copyto(r12, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r12, 1.0, where=m3)
+            numpy.multiply(r12, inv5, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, h, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, r2, out=r12)
+            numpy.multiply(r12, r1, out=r12)
+            numpy.multiply(r12, n_output, out=r12)
             numpy.add(out, r12, out=out)
             numpy.minimum(1.0, n_sel_rec, out=r12)
             numpy.multiply(r12, r6, out=r12)
@@ -6151,7 +6267,7 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 160 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
+    # ops: 163 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6185,6 +6301,9 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6199,7 +6318,10 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             inv7 = -h*v
             inv8 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6221,20 +6343,21 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -6288,13 +6411,14 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             # tmp20 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + inv8 - n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0)
-            #     + 1) + 1) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
-            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec -
-            #     n_sel_rec + tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 +
-            #     p), numpy.minimum(m, (inv4 + p*vp + p)/vp)) -
+            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) + inv8 -
+            #     n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            #     2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec +
+            #     tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 + p),
+            #     numpy.minimum(m, (inv4 + p*vp + p)/vp)) -
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp19)*numpy.minimum(1, n_full_rec))
             numpy.multiply(inv6, r0, out=out)
@@ -6475,7 +6599,7 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 161 (SymPy count_ops of the CSE form below); NumPy calls per block: 116.
+    # ops: 164 (SymPy count_ops of the CSE form below); NumPy calls per block: 116.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6509,6 +6633,9 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6523,7 +6650,10 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             inv7 = h*v
             inv8 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6545,20 +6675,21 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -6613,13 +6744,13 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
             # out = 1 - numpy.maximum(0, numpy.sign(inv6*tmp0*tmp20*tmp5 +
-            #     inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8, 1)) +
-            #     inv8 + n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
-            #     2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec +
-            #     tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 + p),
-            #     numpy.minimum(m, (inv4 + p*vp + p)/vp)) +
+            #     inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp8, 1)) + inv8 + n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
+            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec -
+            #     n_sel_rec + tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 +
+            #     p), numpy.minimum(m, (inv4 + p*vp + p)/vp)) +
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp19)*numpy.minimum(1, n_full_rec))))
             numpy.multiply(r8, n_full_rec, out=r12)
@@ -6648,17 +6779,6 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             numpy.copyto(r13, r14, where=m3)
             numpy.multiply(r12, r13, out=r12)
             numpy.multiply(r12, r5, out=r12)
-            numpy.copyto(r13, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r13, 1.0, where=m3)
-            numpy.multiply(r13, inv5, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, h, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
             numpy.multiply(inv6, r0, out=r13)
             numpy.multiply(r13, r11, out=r13)
             numpy.multiply(r13, r2, out=r13)
@@ -6677,6 +6797,17 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             numpy.multiply(r13, inv7, out=r13)
             numpy.multiply(r13, r3, out=r13)
             numpy.multiply(r13, n_embedding, out=r13)
+            numpy.add(r12, r13, out=r12)
+            numpy.copyto(r13, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r13, 1.0, where=m3)
+            numpy.multiply(r13, inv5, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, h, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, r2, out=r13)
+            numpy.multiply(r13, r1, out=r13)
+            numpy.multiply(r13, n_output, out=r13)
             numpy.add(r12, r13, out=r12)
             numpy.minimum(1.0, n_sel_rec, out=r13)
             numpy.multiply(r13, r6, out=r13)
@@ -6778,7 +6909,7 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6809,6 +6940,7 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -6819,8 +6951,9 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -6838,6 +6971,8 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -6845,8 +6980,6 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -6885,11 +7018,11 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.divide(r9, ep, out=r9)
             # tmp17 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp17*tmp4, tmp17) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp17*tmp4, tmp17) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -7009,7 +7142,7 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7040,6 +7173,7 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7050,8 +7184,9 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7069,6 +7204,8 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -7076,8 +7213,6 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -7116,11 +7251,11 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(r9, ep, out=r9)
             # tmp17 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp17*tmp4, tmp17) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp17*tmp4, tmp17) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -7241,7 +7376,7 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7272,6 +7407,7 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7282,8 +7418,9 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7301,6 +7438,8 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -7308,8 +7447,6 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -7348,11 +7485,11 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(r9, ep, out=r9)
             # tmp17 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp17*tmp4, tmp17) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp17*tmp4, tmp17) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -7478,7 +7615,7 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 134 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7513,6 +7650,9 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp16 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -7525,8 +7665,11 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp16 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -7546,20 +7689,21 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -7599,16 +7743,16 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             numpy.multiply(r7, shard_p_os_exp, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
             numpy.divide(1.0, r7, out=r7)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
-            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3, tmp12, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp12, 1) + bytes_p*numpy.where(tmp5, tmp12, 1))
-            #     + n_exp*tmp14*(mlp_bias*(h + tmp11*tmp13) +
-            #     tmp10*tmp13)*(bytes_grad*numpy.where(tmp3, tmp15, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp15, 1) + bytes_p*numpy.where(tmp5, tmp15,
-            #     1))/ep)
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
+            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3_mask, tmp12, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp12, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp12, 1)) + n_exp*tmp14*(mlp_bias*(h + tmp11*tmp13) +
+            #     tmp10*tmp13)*(bytes_grad*numpy.where(tmp3_mask, tmp15, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp15, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp15, 1))/ep)
             numpy.add(n_body, n_extra, out=out)
             numpy.add(out, n_extra_sel, out=out)
             numpy.multiply(inv0, r2, out=r8)
@@ -8146,7 +8290,7 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 222 (SymPy count_ops of the CSE form below); NumPy calls per block: 174.
+    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 174.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -8196,6 +8340,9 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8219,8 +8366,11 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             inv10 = -2*pp_rank - 1
             inv11 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8251,20 +8401,21 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -8353,15 +8504,15 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv8*tmp1) + n_sel_rec*tmp22 +
             #     tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv9 + p), numpy.minimum(m, (inv10 + p*vp + p)/vp)) +
@@ -8606,7 +8757,7 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
+    # ops: 228 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -8656,6 +8807,9 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8681,8 +8835,11 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             inv12 = -tmp0
             inv13 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8715,20 +8872,21 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -8817,15 +8975,15 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = inv12*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     inv13 - n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + v) - tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = inv12*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + inv13 - n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + v) - tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3_mask,
+            #     tmp29, 1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv8*tmp1) + n_sel_rec*tmp22 +
             #     tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv9 + p), numpy.minimum(m, (inv10 + p*vp + p)/vp)) -
@@ -9070,7 +9228,7 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 227 (SymPy count_ops of the CSE form below); NumPy calls per block: 178.
+    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 178.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9120,6 +9278,9 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -9144,8 +9305,11 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             inv11 = -tie_emb_out
             inv12 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -9177,20 +9341,21 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -9280,15 +9445,15 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
             # out = 1 - numpy.maximum(0, numpy.sign(inv12 +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv8*tmp1) + n_sel_rec*tmp22 +
             #     tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv9 + p), numpy.minimum(m, (inv10 + p*vp + p)/vp)) +
@@ -9470,7 +9635,7 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9491,12 +9656,14 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -9508,6 +9675,8 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -9515,8 +9684,6 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -9535,9 +9702,9 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             numpy.multiply(r4, r2, out=r4)
             # tmp7 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*numpy.where(tmp2, tmp4*tmp7, tmp7))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp7, tmp7))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -9628,7 +9795,7 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9649,12 +9816,14 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -9666,6 +9835,8 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -9673,8 +9844,6 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -9693,9 +9862,9 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             numpy.multiply(r4, r2, out=r4)
             # tmp7 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp7, tmp7))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp7, tmp7))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -9787,7 +9956,7 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9808,12 +9977,14 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -9825,6 +9996,8 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -9832,8 +10005,6 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -9852,9 +10023,9 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.multiply(r4, r2, out=r4)
             # tmp7 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp7, tmp7))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp7, tmp7))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -9949,7 +10120,7 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 88 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9972,12 +10143,18 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -9989,20 +10166,21 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -10025,22 +10203,23 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
             # out = inv1*tmp6*(n_body + n_extra + n_extra_sel) +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(out, 1.0, where=m3)
-            numpy.multiply(out, inv0, out=out)
-            numpy.add(out, 1.0, out=out)
-            numpy.multiply(out, tmp0, out=out)
-            numpy.add(out, v, out=out)
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v)
+            numpy.add(n_body, n_extra, out=out)
+            numpy.add(out, n_extra_sel, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, n_output, out=out)
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.multiply(r3, inv1, out=r3)
+            numpy.copyto(r3, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r3, 1.0, where=m3)
+            numpy.multiply(r3, inv0, out=r3)
+            numpy.add(r3, 1.0, out=r3)
+            numpy.multiply(r3, tmp0, out=r3)
+            numpy.add(r3, v, out=r3)
             numpy.multiply(r3, r2, out=r3)
+            numpy.multiply(r3, n_output, out=r3)
             numpy.add(out, r3, out=out)
             numpy.copyto(r3, 1.0)
             numpy.copyto(r3, r1, where=m0)
@@ -10477,7 +10656,7 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 164 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
+    # ops: 167 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -10512,6 +10691,9 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10527,7 +10709,10 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10550,20 +10735,21 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -10619,10 +10805,11 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) +
-            #     1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) +
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) +
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
             #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
             #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
             #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
@@ -10654,17 +10841,6 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.copyto(r12, r13, where=m3)
             numpy.multiply(out, r12, out=out)
             numpy.multiply(out, r5, out=out)
-            numpy.copyto(r12, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r12, 1.0, where=m3)
-            numpy.multiply(r12, inv6, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, h, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.multiply(r12, r1, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
             numpy.multiply(inv7, r0, out=r12)
             numpy.multiply(r12, r11, out=r12)
             numpy.multiply(r12, r2, out=r12)
@@ -10683,6 +10859,17 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.multiply(r12, inv8, out=r12)
             numpy.multiply(r12, r3, out=r12)
             numpy.multiply(r12, n_embedding, out=r12)
+            numpy.add(out, r12, out=out)
+            numpy.copyto(r12, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r12, 1.0, where=m3)
+            numpy.multiply(r12, inv6, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, h, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, r2, out=r12)
+            numpy.multiply(r12, r1, out=r12)
+            numpy.multiply(r12, n_output, out=r12)
             numpy.add(out, r12, out=out)
             numpy.minimum(1.0, n_sel_rec, out=r12)
             numpy.multiply(r12, r6, out=r12)
@@ -10806,7 +10993,7 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 168 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
+    # ops: 171 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -10841,6 +11028,9 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10857,7 +11047,10 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10881,20 +11074,21 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -10950,13 +11144,14 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + inv9 - n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0)
-            #     + 1) + 1) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
-            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
-            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
-            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) + inv9 -
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
+            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
+            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))
             numpy.multiply(inv7, r0, out=out)
@@ -11137,7 +11332,7 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 169 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
+    # ops: 172 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11172,6 +11367,9 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -11188,7 +11386,10 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -11212,20 +11413,21 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -11282,13 +11484,13 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
             # out = 1 - numpy.maximum(0, numpy.sign(inv7*tmp0*tmp22*tmp5 +
-            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8, 1)) +
-            #     inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
-            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
-            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
-            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
+            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp8, 1)) + inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
+            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
+            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
+            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))))
             numpy.multiply(r8, n_full_rec, out=r12)
@@ -11317,17 +11519,6 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.copyto(r13, r14, where=m3)
             numpy.multiply(r12, r13, out=r12)
             numpy.multiply(r12, r5, out=r12)
-            numpy.copyto(r13, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r13, 1.0, where=m3)
-            numpy.multiply(r13, inv6, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, h, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
             numpy.multiply(inv7, r0, out=r13)
             numpy.multiply(r13, r11, out=r13)
             numpy.multiply(r13, r2, out=r13)
@@ -11346,6 +11537,17 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.multiply(r13, inv8, out=r13)
             numpy.multiply(r13, r3, out=r13)
             numpy.multiply(r13, n_embedding, out=r13)
+            numpy.add(r12, r13, out=r12)
+            numpy.copyto(r13, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r13, 1.0, where=m3)
+            numpy.multiply(r13, inv6, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, h, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, r2, out=r13)
+            numpy.multiply(r13, r1, out=r13)
+            numpy.multiply(r13, n_output, out=r13)
             numpy.add(r12, r13, out=r12)
             numpy.minimum(1.0, n_sel_rec, out=r13)
             numpy.multiply(r13, r6, out=r13)
@@ -11444,7 +11646,7 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11472,6 +11674,7 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11479,8 +11682,9 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11495,6 +11699,8 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -11502,8 +11708,6 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -11542,11 +11746,11 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             numpy.divide(r9, ep, out=r9)
             # tmp14 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp14*tmp4, tmp14) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp14*tmp4, tmp14) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -11663,7 +11867,7 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11691,6 +11895,7 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11698,8 +11903,9 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11714,6 +11920,8 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -11721,8 +11929,6 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -11761,11 +11967,11 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             numpy.divide(r9, ep, out=r9)
             # tmp14 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp14*tmp4, tmp14) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp14*tmp4, tmp14) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -11884,7 +12090,7 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11912,6 +12118,7 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11919,8 +12126,9 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11935,6 +12143,8 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -11942,8 +12152,6 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -11982,11 +12190,11 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(r9, ep, out=r9)
             # tmp14 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp14*tmp4, tmp14) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp14*tmp4, tmp14) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -12110,7 +12318,7 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 133 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
+    # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12140,6 +12348,9 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12147,8 +12358,11 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12163,20 +12377,21 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -12216,16 +12431,16 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             numpy.multiply(r7, shard_p_os_exp, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
             numpy.divide(1.0, r7, out=r7)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
-            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3, tmp12, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp12, 1) + bytes_p*numpy.where(tmp5, tmp12, 1))
-            #     + n_exp*tmp15*(mlp_bias*(h + tmp11*tmp14) +
-            #     tmp10*tmp14)*(bytes_grad*numpy.where(tmp3, tmp16, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp16, 1) + bytes_p*numpy.where(tmp5, tmp16,
-            #     1))/ep)
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
+            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3_mask, tmp12, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp12, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp12, 1)) + n_exp*tmp15*(mlp_bias*(h + tmp11*tmp14) +
+            #     tmp10*tmp14)*(bytes_grad*numpy.where(tmp3_mask, tmp16, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp16, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp16, 1))/ep)
             numpy.add(n_body, n_extra, out=out)
             numpy.add(out, n_extra_sel, out=out)
             numpy.multiply(inv0, r2, out=r8)
@@ -12773,7 +12988,7 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 227 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
+    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12820,6 +13035,9 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12841,8 +13059,11 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12871,20 +13092,21 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -12974,15 +13196,15 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             numpy.multiply(inv6, r6, out=r17)
             numpy.multiply(r17, r14, out=r17)
             numpy.multiply(r17, b, out=r17)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +
@@ -13225,7 +13447,7 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
+    # ops: 233 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -13272,6 +13494,9 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13295,8 +13520,11 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13327,20 +13555,21 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -13430,15 +13659,15 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             numpy.multiply(inv6, r6, out=r17)
             numpy.multiply(r17, r14, out=r17)
             numpy.multiply(r17, b, out=r17)
-            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask,
+            #     tmp29, 1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) -
@@ -13681,7 +13910,7 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 232 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
+    # ops: 235 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -13728,6 +13957,9 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13750,8 +13982,11 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13781,20 +14016,21 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -13885,15 +14121,15 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             numpy.multiply(r17, r14, out=r17)
             numpy.multiply(r17, b, out=r17)
             # out = 1 - numpy.maximum(0, numpy.sign(inv13 +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +
@@ -14073,7 +14309,7 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14095,13 +14331,15 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -14114,6 +14352,8 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -14121,8 +14361,6 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -14141,9 +14379,9 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             numpy.multiply(r4, r2, out=r4)
             # tmp8 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*numpy.where(tmp2, tmp4*tmp8, tmp8))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp8, tmp8))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -14232,7 +14470,7 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14254,13 +14492,15 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -14273,6 +14513,8 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -14280,8 +14522,6 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -14300,9 +14540,9 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             numpy.multiply(r4, r2, out=r4)
             # tmp8 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp8, tmp8))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp8, tmp8))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -14392,7 +14632,7 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14414,13 +14654,15 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -14433,6 +14675,8 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -14440,8 +14684,6 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -14460,9 +14702,9 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.multiply(r4, r2, out=r4)
             # tmp8 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp8, tmp8))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp8, tmp8))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -14556,7 +14798,7 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 84 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14580,13 +14822,19 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
@@ -14599,20 +14847,21 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -14635,22 +14884,23 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
             # out = inv1*tmp6*(n_body + n_extra + n_extra_sel) +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(out, 1.0, where=m3)
-            numpy.multiply(out, inv0, out=out)
-            numpy.add(out, 1.0, out=out)
-            numpy.multiply(out, tmp0, out=out)
-            numpy.add(out, v, out=out)
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v)
+            numpy.add(n_body, n_extra, out=out)
+            numpy.add(out, n_extra_sel, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, n_output, out=out)
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.multiply(r3, inv1, out=r3)
+            numpy.copyto(r3, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r3, 1.0, where=m3)
+            numpy.multiply(r3, inv0, out=r3)
+            numpy.add(r3, 1.0, out=r3)
+            numpy.multiply(r3, tmp0, out=r3)
+            numpy.add(r3, v, out=r3)
             numpy.multiply(r3, r2, out=r3)
+            numpy.multiply(r3, n_output, out=r3)
             numpy.add(out, r3, out=out)
             numpy.copyto(r3, 1.0)
             numpy.copyto(r3, r1, where=m0)
@@ -15083,7 +15333,7 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 159 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
+    # ops: 162 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -15118,6 +15368,9 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15133,7 +15386,10 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15156,20 +15412,21 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -15225,10 +15482,11 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) +
-            #     1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) +
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) +
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
             #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
             #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
             #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
@@ -15260,17 +15518,6 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.copyto(r12, r13, where=m3)
             numpy.multiply(out, r12, out=out)
             numpy.multiply(out, r5, out=out)
-            numpy.copyto(r12, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r12, 1.0, where=m3)
-            numpy.multiply(r12, inv6, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, h, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.multiply(r12, r1, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
             numpy.multiply(inv7, r0, out=r12)
             numpy.multiply(r12, r11, out=r12)
             numpy.multiply(r12, r2, out=r12)
@@ -15289,6 +15536,17 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.multiply(r12, inv8, out=r12)
             numpy.multiply(r12, r3, out=r12)
             numpy.multiply(r12, n_embedding, out=r12)
+            numpy.add(out, r12, out=out)
+            numpy.copyto(r12, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r12, 1.0, where=m3)
+            numpy.multiply(r12, inv6, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, h, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, r2, out=r12)
+            numpy.multiply(r12, r1, out=r12)
+            numpy.multiply(r12, n_output, out=r12)
             numpy.add(out, r12, out=out)
             numpy.minimum(1.0, n_sel_rec, out=r12)
             numpy.multiply(r12, r6, out=r12)
@@ -15410,7 +15668,7 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 163 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
+    # ops: 166 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -15445,6 +15703,9 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15461,7 +15722,10 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15485,20 +15749,21 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -15554,13 +15819,14 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + inv9 - n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0)
-            #     + 1) + 1) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
-            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
-            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
-            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) + inv9 -
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
+            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
+            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))
             numpy.multiply(inv7, r0, out=out)
@@ -15739,7 +16005,7 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 164 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
+    # ops: 167 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -15774,6 +16040,9 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15790,7 +16059,10 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15814,20 +16086,21 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -15884,13 +16157,13 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
             # out = 1 - numpy.maximum(0, numpy.sign(inv7*tmp0*tmp22*tmp5 +
-            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8, 1)) +
-            #     inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
-            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
-            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
-            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
+            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp8, 1)) + inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
+            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
+            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
+            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))))
             numpy.multiply(r8, n_full_rec, out=r12)
@@ -15919,17 +16192,6 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.copyto(r13, r14, where=m3)
             numpy.multiply(r12, r13, out=r12)
             numpy.multiply(r12, r5, out=r12)
-            numpy.copyto(r13, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r13, 1.0, where=m3)
-            numpy.multiply(r13, inv6, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, h, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
             numpy.multiply(inv7, r0, out=r13)
             numpy.multiply(r13, r11, out=r13)
             numpy.multiply(r13, r2, out=r13)
@@ -15948,6 +16210,17 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.multiply(r13, inv8, out=r13)
             numpy.multiply(r13, r3, out=r13)
             numpy.multiply(r13, n_embedding, out=r13)
+            numpy.add(r12, r13, out=r12)
+            numpy.copyto(r13, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r13, 1.0, where=m3)
+            numpy.multiply(r13, inv6, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, h, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, r2, out=r13)
+            numpy.multiply(r13, r1, out=r13)
+            numpy.multiply(r13, n_output, out=r13)
             numpy.add(r12, r13, out=r12)
             numpy.minimum(1.0, n_sel_rec, out=r13)
             numpy.multiply(r13, r6, out=r13)
@@ -16045,7 +16318,7 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16074,6 +16347,7 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16082,8 +16356,9 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16099,6 +16374,8 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -16106,8 +16383,6 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -16146,11 +16421,11 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             numpy.divide(r9, ep, out=r9)
             # tmp15 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp15*tmp4, tmp15) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp15*tmp4, tmp15) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -16266,7 +16541,7 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16295,6 +16570,7 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16303,8 +16579,9 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16320,6 +16597,8 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -16327,8 +16606,6 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -16367,11 +16644,11 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             numpy.divide(r9, ep, out=r9)
             # tmp15 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp15*tmp4, tmp15) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp15*tmp4, tmp15) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -16488,7 +16765,7 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16517,6 +16794,7 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16525,8 +16803,9 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16542,6 +16821,8 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             masks=2,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -16549,8 +16830,6 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -16589,11 +16868,11 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(r9, ep, out=r9)
             # tmp15 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp15*tmp4, tmp15) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp15*tmp4, tmp15) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -16716,7 +16995,7 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 129 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
+    # ops: 132 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16747,6 +17026,9 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = a*h
@@ -16755,8 +17037,11 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = a*h
@@ -16772,20 +17057,21 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -16825,16 +17111,16 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             numpy.multiply(r7, shard_p_os_exp, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
             numpy.divide(1.0, r7, out=r7)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
-            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3, tmp12, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp12, 1) + bytes_p*numpy.where(tmp5, tmp12, 1))
-            #     + n_exp*tmp16*(mlp_bias*(h + tmp11*tmp15) +
-            #     tmp10*tmp15)*(bytes_grad*numpy.where(tmp3, tmp17, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp17, 1) + bytes_p*numpy.where(tmp5, tmp17,
-            #     1))/ep)
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
+            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3_mask, tmp12, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp12, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp12, 1)) + n_exp*tmp16*(mlp_bias*(h + tmp11*tmp15) +
+            #     tmp10*tmp15)*(bytes_grad*numpy.where(tmp3_mask, tmp17, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp17, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp17, 1))/ep)
             numpy.add(n_body, n_extra, out=out)
             numpy.add(out, n_extra_sel, out=out)
             numpy.multiply(inv0, r2, out=r8)
@@ -17379,7 +17665,7 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 222 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
+    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -17426,6 +17712,9 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17447,8 +17736,11 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17477,20 +17769,21 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -17580,15 +17873,15 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp30, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp30, 1) + bytes_p*numpy.where(tmp5, tmp30, 1))
-            #     + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) +
-            #     tmp28*tmp31)*(bytes_grad*numpy.where(tmp3, tmp33, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp33, 1) + bytes_p*numpy.where(tmp5, tmp33,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp30,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp30, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp30, 1)) + n_exp*tmp32*(mlp_bias*(h +
+            #     tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*numpy.where(tmp3_mask, tmp33, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp33, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +
@@ -17830,7 +18123,7 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
+    # ops: 228 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -17877,6 +18170,9 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17900,8 +18196,11 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17932,20 +18231,21 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -18035,15 +18335,15 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp30, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp30, 1) + bytes_p*numpy.where(tmp5, tmp30, 1))
-            #     + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) +
-            #     tmp28*tmp31)*(bytes_grad*numpy.where(tmp3, tmp33, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp33, 1) + bytes_p*numpy.where(tmp5, tmp33,
-            #     1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask,
+            #     tmp30, 1) + bytes_optimizer*numpy.where(tmp4_mask, tmp30, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp30, 1)) + n_exp*tmp32*(mlp_bias*(h +
+            #     tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*numpy.where(tmp3_mask, tmp33, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp33, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp33, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) -
@@ -18285,7 +18585,7 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 227 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
+    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -18332,6 +18632,9 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -18354,8 +18657,11 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -18385,20 +18691,21 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             masks=4,
         )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -18489,15 +18796,15 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
             # out = 1 - numpy.maximum(0, numpy.sign(inv13 +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp30, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp30, 1) + bytes_p*numpy.where(tmp5, tmp30, 1))
-            #     + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) +
-            #     tmp28*tmp31)*(bytes_grad*numpy.where(tmp3, tmp33, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp33, 1) + bytes_p*numpy.where(tmp5, tmp33,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp30,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp30, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp30, 1)) + n_exp*tmp32*(mlp_bias*(h +
+            #     tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*numpy.where(tmp3_mask, tmp33, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp33, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +

@@ -870,102 +870,75 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_standard_dense_zero_layer",
-            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
-            reals=4,
-            masks=4,
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2 in call.blocks():
-            # tmp11 = inv0/t -> r0
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp12, tmp13), tmp11,
-            #     numpy.where(tmp12, tmp17, 0)) + numpy.where(numpy.logical_and(tmp13, tmp19), tmp11
-            #     + tmp11/cp, numpy.where(tmp19, tmp17 + tmp17/cp, 0)))
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.copyto(out, r0, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.divide(r1, cp, out=r3)
-            numpy.add(r3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.divide(r0, cp, out=r3)
-            numpy.add(r3, r0, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv2, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -1032,99 +1005,72 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 52 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("stage_dp_unconverted_standard_dense_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
         call = _runtime.Call(
             "stage_dp_unconverted_standard_dense_zero_layer",
-            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
-            (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
-            reals=4,
-            masks=4,
+            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
+            (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
-            # tmp11 = inv0/t -> r0
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = numpy.where(numpy.logical_and(tmp12, tmp13), tmp11, numpy.where(tmp12, tmp17,
-            #     0)) + numpy.where(numpy.logical_and(tmp13, tmp19), tmp11 + tmp11/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0)
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.copyto(out, r0, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.divide(r1, cp, out=r3)
-            numpy.add(r3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.divide(r0, cp, out=r3)
-            numpy.add(r3, r0, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
     return call.out
 
 
@@ -8307,175 +8253,149 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp27 = 1/(cp*ep*t_exp)
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = xp.equal(zero2_non_exp, 1)
-        tmp31 = xp.equal(zero2_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        tmp10 = 1/cp
+        tmp11 = xp.equal(zero3_exp, 1)
+        tmp12 = xp.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        tmp17 = h*shared_expert_gate + tmp16
+        tmp18 = xp.where(tmp12, xp.equal(tmp17, 0), xp.equal(tmp16, 0))
+        tmp19 = tmp10/(ep*t_exp)
+        tmp20 = xp.equal(zero2_exp, 1)
+        tmp21 = tmp19 + 1/xp.maximum(ep, t_exp)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) + xp.where(xp.logical_and(tmp11, tmp18), 0, xp.where(xp.logical_and(tmp11, tmp12), tmp17*tmp19, xp.where(tmp11, tmp16*tmp19, 0))) + xp.where(xp.logical_and(tmp18, tmp20), 0, xp.where(xp.logical_and(tmp12, tmp20), tmp17*tmp21, xp.where(tmp20, tmp16*tmp21, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_standard_moe_zero_layer",
-            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3", "inv4"),
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4),
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3),
             reals=8,
-            masks=8,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4 in call.blocks():
-            # tmp11 = inv0/t -> r0
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3 in call.blocks():
+            # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m2
-            numpy.equal(zero3_exp, 1.0, out=m2)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m3
-            numpy.not_equal(n_shared_exp, 0.0, out=m3)
-            # tmp23 = inv2 + n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) +
-            #     tmp20/numpy.maximum(1, etp)) -> r2
+            # tmp10 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp11 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp15 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(tmp20, r2, out=r2)
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp21, r3, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv2, out=r2)
-            # tmp24 = inv3 + tmp23 -> r3
-            numpy.add(inv3, r2, out=r3)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m4
-            numpy.copyto(m4, numpy.where(m3, numpy.equal(r3, 0), numpy.equal(r2, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r4
-            numpy.multiply(cp, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # tmp28 = tmp24*tmp27 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            # tmp29 = tmp23*tmp27 -> r6
-            numpy.multiply(r2, r4, out=r6)
-            # tmp30 = numpy.equal(zero2_non_exp, 1) -> m5
-            numpy.equal(zero2_non_exp, 1.0, out=m5)
-            # tmp31 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp12, tmp13), tmp11,
-            #     numpy.where(tmp12, tmp17, 0)) + numpy.where(numpy.logical_and(tmp13, tmp30), tmp11
-            #     + tmp11/cp, numpy.where(tmp30, tmp17 + tmp17/cp, 0)) +
-            #     numpy.where(numpy.logical_and(tmp18, tmp25), 0,
-            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp28, numpy.where(tmp18, tmp29, 0)))
-            #     + numpy.where(numpy.logical_and(tmp25, tmp31), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp31), tmp24/numpy.maximum(ep, t_exp) +
-            #     tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))))
+            numpy.divide(1.0, r2, out=r2)
+            # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
+            numpy.multiply(tmp13, r2, out=r3)
+            numpy.multiply(tmp14, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp17 = inv2 + tmp16 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp19 = tmp10/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp20 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r4, out=r5)
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp11, tmp18), 0,
+            #     numpy.where(numpy.logical_and(tmp11, tmp12_mask), tmp17*tmp19, numpy.where(tmp11,
+            #     tmp16*tmp19, 0))) + numpy.where(numpy.logical_and(tmp18, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp12_mask, tmp20), tmp17*tmp21, numpy.where(tmp20,
+            #     tmp16*tmp21, 0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r0, where=m7)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r1, cp, out=r7)
-            numpy.add(r7, r1, out=r7)
-            numpy.copyto(r4, r7, where=m5)
-            numpy.logical_and(m1, m5, out=m7)
-            numpy.divide(r0, cp, out=r7)
-            numpy.add(r7, r0, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.copyto(r4, r6, where=m2)
-            numpy.logical_and(m2, m3, out=m7)
-            numpy.copyto(r4, r5, where=m7)
-            numpy.logical_and(m2, m4, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r2, r7, out=r7)
-            numpy.add(r7, r6, out=r7)
-            numpy.copyto(r4, r7, where=m6)
-            numpy.logical_and(m3, m6, out=m7)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.add(r7, r5, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -8569,171 +8489,146 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 107 (SymPy count_ops of the CSE form below); NumPy calls per block: 57.
+    # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp27 = 1/(cp*ep*t_exp)
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = xp.equal(zero2_non_exp, 1)
-        tmp31 = xp.equal(zero2_exp, 1)
-        out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        tmp10 = 1/cp
+        tmp11 = xp.equal(zero3_exp, 1)
+        tmp12 = xp.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        tmp17 = h*shared_expert_gate + tmp16
+        tmp18 = xp.where(tmp12, xp.equal(tmp17, 0), xp.equal(tmp16, 0))
+        tmp19 = tmp10/(ep*t_exp)
+        tmp20 = xp.equal(zero2_exp, 1)
+        tmp21 = tmp19 + 1/xp.maximum(ep, t_exp)
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) + xp.where(xp.logical_and(tmp11, tmp18), 0, xp.where(xp.logical_and(tmp11, tmp12), tmp17*tmp19, xp.where(tmp11, tmp16*tmp19, 0))) + xp.where(xp.logical_and(tmp18, tmp20), 0, xp.where(xp.logical_and(tmp12, tmp20), tmp17*tmp21, xp.where(tmp20, tmp16*tmp21, 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
         call = _runtime.Call(
             "stage_dp_unconverted_standard_moe_zero_layer",
-            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3"),
-            (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3),
+            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2),
             reals=8,
-            masks=8,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3 in call.blocks():
-            # tmp11 = inv0/t -> r0
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2 in call.blocks():
+            # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m2
-            numpy.equal(zero3_exp, 1.0, out=m2)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m3
-            numpy.not_equal(n_shared_exp, 0.0, out=m3)
-            # tmp23 = inv2 + n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) +
-            #     tmp20/numpy.maximum(1, etp)) -> r2
+            # tmp10 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp11 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp15 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(tmp20, r2, out=r2)
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp21, r3, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv2, out=r2)
-            # tmp24 = inv3 + tmp23 -> r3
-            numpy.add(inv3, r2, out=r3)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m4
-            numpy.copyto(m4, numpy.where(m3, numpy.equal(r3, 0), numpy.equal(r2, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r4
-            numpy.multiply(cp, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # tmp28 = tmp24*tmp27 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            # tmp29 = tmp23*tmp27 -> r6
-            numpy.multiply(r2, r4, out=r6)
-            # tmp30 = numpy.equal(zero2_non_exp, 1) -> m5
-            numpy.equal(zero2_non_exp, 1.0, out=m5)
-            # tmp31 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = numpy.where(numpy.logical_and(tmp12, tmp13), tmp11, numpy.where(tmp12, tmp17,
-            #     0)) + numpy.where(numpy.logical_and(tmp13, tmp30), tmp11 + tmp11/cp,
-            #     numpy.where(tmp30, tmp17 + tmp17/cp, 0)) + numpy.where(numpy.logical_and(tmp18,
-            #     tmp25), 0, numpy.where(numpy.logical_and(tmp18, tmp19), tmp28, numpy.where(tmp18,
-            #     tmp29, 0))) + numpy.where(numpy.logical_and(tmp25, tmp31), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp31), tmp24/numpy.maximum(ep, t_exp) +
-            #     tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0)))
+            numpy.divide(1.0, r2, out=r2)
+            # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
+            numpy.multiply(tmp13, r2, out=r3)
+            numpy.multiply(tmp14, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp17 = inv2 + tmp16 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp19 = tmp10/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp20 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r4, out=r5)
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp11, tmp18), 0,
+            #     numpy.where(numpy.logical_and(tmp11, tmp12_mask), tmp17*tmp19, numpy.where(tmp11,
+            #     tmp16*tmp19, 0))) + numpy.where(numpy.logical_and(tmp18, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp12_mask, tmp20), tmp17*tmp21, numpy.where(tmp20,
+            #     tmp16*tmp21, 0)))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r0, where=m7)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r1, cp, out=r7)
-            numpy.add(r7, r1, out=r7)
-            numpy.copyto(r4, r7, where=m5)
-            numpy.logical_and(m1, m5, out=m7)
-            numpy.divide(r0, cp, out=r7)
-            numpy.add(r7, r0, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.copyto(r4, r6, where=m2)
-            numpy.logical_and(m2, m3, out=m7)
-            numpy.copyto(r4, r5, where=m7)
-            numpy.logical_and(m2, m4, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r2, r7, out=r7)
-            numpy.add(r7, r6, out=r7)
-            numpy.copyto(r4, r7, where=m6)
-            numpy.logical_and(m3, m6, out=m7)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.add(r7, r5, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -9494,128 +9389,84 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_dense_zero_layer",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-            reals=6,
-            masks=5,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp9 = inv0/t -> r0
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp12)), tmp9, numpy.where(numpy.logical_and(tmp10,
-            #     tmp11), tmp14, numpy.where(numpy.logical_and(tmp10, tmp12), tmp16,
-            #     numpy.where(tmp10, tmp17, 0)))) + numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp,
-            #     numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0)))))
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -9697,124 +9548,81 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
+    # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_latent_dense_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
-            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-            (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-            reals=6,
-            masks=5,
+            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
+            (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp9 = inv0/t -> r0
+        for out, r0, r1, r2, m0, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = numpy.where(numpy.logical_and(tmp10, numpy.logical_and(tmp11, tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and(tmp10, tmp11), tmp14,
-            #     numpy.where(numpy.logical_and(tmp10, tmp12), tmp16, numpy.where(tmp10, tmp17,
-            #     0)))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12, tmp19)),
-            #     tmp9 + tmp9/cp, numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0))))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
     return call.out
 
 
@@ -10295,224 +10103,158 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 128 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = xp.equal(zero3_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/cp
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = 1/t
-        tmp11 = dc_kv*n_kv
-        tmp12 = a*dc_q
-        tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-        tmp15 = 0.25*tmp14
-        tmp16 = dh*n_qknorm
-        tmp17 = h*n_exp
-        tmp18 = h*layer_norms*(norm_bias + 1)
-        tmp19 = tmp17 + tmp18
-        tmp20 = 2*tmp16 + tmp19
-        tmp21 = xp.equal(zero3_non_exp, 1)
-        tmp22 = xp.not_equal(dh, 0)
-        tmp23 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-        tmp25 = 0.25*tmp24
-        tmp26 = h*n_qknorm/a
-        tmp27 = tmp19 + 2*tmp26
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp9 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp17 + 4*tmp18
-        tmp31 = 8*tmp16 + tmp30
-        tmp32 = 0.25*(tmp10*(tmp8 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp26 + tmp30
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_zero_layer",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
-            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3),
             reals=8,
-            masks=9,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/cp -> r2
-            numpy.divide(1.0, cp, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = 1/t -> r4
-            numpy.divide(1.0, t, out=r4)
-            # tmp21 = numpy.equal(zero3_non_exp, 1) -> m3
-            numpy.equal(zero3_non_exp, 1.0, out=m3)
-            # tmp22 = numpy.not_equal(dh, 0) -> m4
-            numpy.not_equal(dh, 0.0, out=m4)
-            # tmp23 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m5)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp9 + 1/numpy.maximum(ep, t_exp) -> r5
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r3, out=r5)
-            # tmp32 = 0.25*(tmp10*(tmp8 + 1)) -> r6
-            numpy.add(1.0, r2, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp6*tmp9, numpy.where(tmp0, tmp5*tmp9,
-            #     0))) + numpy.where(numpy.logical_and(tmp28, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp28), tmp29*tmp6, numpy.where(tmp28,
-            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and(tmp21, numpy.logical_and(tmp22,
-            #     tmp23)), inv2*tmp10, numpy.where(numpy.logical_and(tmp21, tmp22), inv3*tmp10,
-            #     numpy.where(numpy.logical_and(tmp21, tmp23), inv4*tmp10, numpy.where(tmp21,
-            #     inv5*tmp10, 0)))) + numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp22, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp23, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0)))))
+            numpy.add(r5, r4, out=r5)
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0))))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r1, r3, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(r0, r3, out=r2)
-            numpy.copyto(out, r2, where=m8)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(r5, r1, out=r7)
-            numpy.copyto(r2, r7, where=m6)
-            numpy.logical_and(m1, m6, out=m8)
-            numpy.multiply(r5, r0, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m6, m2, out=m8)
-            numpy.copyto(r2, 0.0, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r4, out=r7)
-            numpy.copyto(r2, r7, where=m3)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(inv3, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.logical_and(m8, m5, out=m8)
-            numpy.multiply(inv2, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r2, r7, where=m7)
-            numpy.logical_and(m5, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m5, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv10, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -10616,221 +10358,155 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 124 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
+    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = xp.equal(zero3_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/cp
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = 1/t
-        tmp11 = dc_kv*n_kv
-        tmp12 = a*dc_q
-        tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-        tmp15 = 0.25*tmp14
-        tmp16 = dh*n_qknorm
-        tmp17 = h*n_exp
-        tmp18 = h*layer_norms*(norm_bias + 1)
-        tmp19 = tmp17 + tmp18
-        tmp20 = 2*tmp16 + tmp19
-        tmp21 = xp.equal(zero3_non_exp, 1)
-        tmp22 = xp.not_equal(dh, 0)
-        tmp23 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-        tmp25 = 0.25*tmp24
-        tmp26 = h*n_qknorm/a
-        tmp27 = tmp19 + 2*tmp26
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp9 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp17 + 4*tmp18
-        tmp31 = 8*tmp16 + tmp30
-        tmp32 = 0.25*(tmp10*(tmp8 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp26 + tmp30
-        out = xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0)))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_latent_moe_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
-            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-            (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2"),
+            (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2),
             reals=8,
-            masks=9,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/cp -> r2
-            numpy.divide(1.0, cp, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = 1/t -> r4
-            numpy.divide(1.0, t, out=r4)
-            # tmp21 = numpy.equal(zero3_non_exp, 1) -> m3
-            numpy.equal(zero3_non_exp, 1.0, out=m3)
-            # tmp22 = numpy.not_equal(dh, 0) -> m4
-            numpy.not_equal(dh, 0.0, out=m4)
-            # tmp23 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m5)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp9 + 1/numpy.maximum(ep, t_exp) -> r5
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r3, out=r5)
-            # tmp32 = 0.25*(tmp10*(tmp8 + 1)) -> r6
-            numpy.add(1.0, r2, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp6*tmp9, numpy.where(tmp0, tmp5*tmp9,
-            #     0))) + numpy.where(numpy.logical_and(tmp28, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp28), tmp29*tmp6, numpy.where(tmp28,
-            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and(tmp21, numpy.logical_and(tmp22,
-            #     tmp23)), inv2*tmp10, numpy.where(numpy.logical_and(tmp21, tmp22), inv3*tmp10,
-            #     numpy.where(numpy.logical_and(tmp21, tmp23), inv4*tmp10, numpy.where(tmp21,
-            #     inv5*tmp10, 0)))) + numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp22, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp23, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0))))
+            numpy.add(r5, r4, out=r5)
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0)))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r1, r3, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(r0, r3, out=r2)
-            numpy.copyto(out, r2, where=m8)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(r5, r1, out=r7)
-            numpy.copyto(r2, r7, where=m6)
-            numpy.logical_and(m1, m6, out=m8)
-            numpy.multiply(r5, r0, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m6, m2, out=m8)
-            numpy.copyto(r2, 0.0, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r4, out=r7)
-            numpy.copyto(r2, r7, where=m3)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(inv3, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.logical_and(m8, m5, out=m8)
-            numpy.multiply(inv2, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r2, r7, where=m7)
-            numpy.logical_and(m5, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m5, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -11556,128 +11232,84 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_dense_zero_layer",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-            reals=6,
-            masks=5,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp9 = inv0/t -> r0
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp12)), tmp9, numpy.where(numpy.logical_and(tmp10,
-            #     tmp11), tmp14, numpy.where(numpy.logical_and(tmp10, tmp12), tmp16,
-            #     numpy.where(tmp10, tmp17, 0)))) + numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp,
-            #     numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0)))))
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -11755,124 +11387,81 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
+    # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_direct_dense_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
-            ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-            (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-            reals=6,
-            masks=5,
+            ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
+            (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp9 = inv0/t -> r0
+        for out, r0, r1, r2, m0, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = numpy.where(numpy.logical_and(tmp10, numpy.logical_and(tmp11, tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and(tmp10, tmp11), tmp14,
-            #     numpy.where(numpy.logical_and(tmp10, tmp12), tmp16, numpy.where(tmp10, tmp17,
-            #     0)))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12, tmp19)),
-            #     tmp9 + tmp9/cp, numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0))))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
     return call.out
 
 
@@ -12354,224 +11943,158 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 124 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = 1/t
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp22 = 1/xp.maximum(1, etp)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp26 = 1/cp
-        tmp27 = tmp26/(ep*t_exp)
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp27 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp7 + 4*tmp8
-        tmp31 = tmp30 + 8*tmp6
-        tmp32 = 0.25*(tmp0*(tmp26 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp16 + tmp30
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
-            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3),
             reals=8,
-            masks=9,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp0 = 1/t -> r0
-            numpy.divide(1.0, t, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m3
-            numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m4
-            numpy.not_equal(n_shared_exp, 0.0, out=m4)
-            # tmp22 = 1/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp23 = inv0 + n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) -> r2
-            numpy.multiply(tmp20, r1, out=r2)
-            numpy.multiply(tmp21, r1, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv0, out=r2)
-            # tmp24 = inv1 + tmp23 -> r1
-            numpy.add(inv1, r2, out=r1)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m5
-            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r2, 0)))
-            # tmp26 = 1/cp -> r3
-            numpy.divide(1.0, cp, out=r3)
-            # tmp27 = tmp26/(ep*t_exp) -> r4
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
             numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r3, r4, out=r4)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp27 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
             numpy.add(r5, r4, out=r5)
-            # tmp32 = 0.25*(tmp0*(tmp26 + 1)) -> r6
-            numpy.add(1.0, r3, out=r6)
-            numpy.multiply(r6, r0, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and(tmp18, tmp25), 0,
-            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp24*tmp27, numpy.where(tmp18,
-            #     tmp23*tmp27, 0))) + numpy.where(numpy.logical_and(tmp25, tmp28), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp28), tmp24*tmp29, numpy.where(tmp28,
-            #     tmp23*tmp29, 0))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12,
-            #     tmp13)), inv2*tmp0, numpy.where(numpy.logical_and(tmp11, tmp12), inv3*tmp0,
-            #     numpy.where(numpy.logical_and(tmp11, tmp13), inv4*tmp0, numpy.where(tmp11,
-            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12, numpy.logical_and(tmp13,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp12, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp13, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0)))))
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0))))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r2, r4, out=r3)
-            numpy.copyto(out, r3, where=m3)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(r1, r4, out=r3)
-            numpy.copyto(out, r3, where=m8)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r3, 0.0)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r3, r7, where=m6)
-            numpy.logical_and(m4, m6, out=m8)
-            numpy.multiply(r1, r5, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m5, m6, out=m8)
-            numpy.copyto(r3, 0.0, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv5, r0, out=r7)
-            numpy.copyto(r3, r7, where=m0)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.multiply(inv4, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(inv3, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.logical_and(m8, m2, out=m8)
-            numpy.multiply(inv2, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r3, r7, where=m7)
-            numpy.logical_and(m2, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m2, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(out, inv10, out=out)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -12671,221 +12194,155 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
+    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = 1/t
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp22 = 1/xp.maximum(1, etp)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp26 = 1/cp
-        tmp27 = tmp26/(ep*t_exp)
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp27 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp7 + 4*tmp8
-        tmp31 = tmp30 + 8*tmp6
-        tmp32 = 0.25*(tmp0*(tmp26 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp16 + tmp30
-        out = xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0)))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_direct_moe_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
-            ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-            (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2"),
+            (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2),
             reals=8,
-            masks=9,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp0 = 1/t -> r0
-            numpy.divide(1.0, t, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m3
-            numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m4
-            numpy.not_equal(n_shared_exp, 0.0, out=m4)
-            # tmp22 = 1/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp23 = inv0 + n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) -> r2
-            numpy.multiply(tmp20, r1, out=r2)
-            numpy.multiply(tmp21, r1, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv0, out=r2)
-            # tmp24 = inv1 + tmp23 -> r1
-            numpy.add(inv1, r2, out=r1)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m5
-            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r2, 0)))
-            # tmp26 = 1/cp -> r3
-            numpy.divide(1.0, cp, out=r3)
-            # tmp27 = tmp26/(ep*t_exp) -> r4
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
             numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r3, r4, out=r4)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp27 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
             numpy.add(r5, r4, out=r5)
-            # tmp32 = 0.25*(tmp0*(tmp26 + 1)) -> r6
-            numpy.add(1.0, r3, out=r6)
-            numpy.multiply(r6, r0, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = numpy.where(numpy.logical_and(tmp18, tmp25), 0,
-            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp24*tmp27, numpy.where(tmp18,
-            #     tmp23*tmp27, 0))) + numpy.where(numpy.logical_and(tmp25, tmp28), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp28), tmp24*tmp29, numpy.where(tmp28,
-            #     tmp23*tmp29, 0))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12,
-            #     tmp13)), inv2*tmp0, numpy.where(numpy.logical_and(tmp11, tmp12), inv3*tmp0,
-            #     numpy.where(numpy.logical_and(tmp11, tmp13), inv4*tmp0, numpy.where(tmp11,
-            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12, numpy.logical_and(tmp13,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp12, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp13, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0))))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0)))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r2, r4, out=r3)
-            numpy.copyto(out, r3, where=m3)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(r1, r4, out=r3)
-            numpy.copyto(out, r3, where=m8)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r3, 0.0)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r3, r7, where=m6)
-            numpy.logical_and(m4, m6, out=m8)
-            numpy.multiply(r1, r5, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m5, m6, out=m8)
-            numpy.copyto(r3, 0.0, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv5, r0, out=r7)
-            numpy.copyto(r3, r7, where=m0)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.multiply(inv4, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(inv3, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.logical_and(m8, m2, out=m8)
-            numpy.multiply(inv2, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r3, r7, where=m7)
-            numpy.logical_and(m2, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m2, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
     return call.out
 
 

@@ -2766,128 +2766,76 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 59 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dh*n_qknorm
-        tmp2 = a*dh
-        tmp3 = h*n_attMM
-        tmp4 = tmp3*(o_bias + tmp2)
-        tmp5 = h + qkv_bias
-        tmp6 = n_kv*tmp5
-        tmp7 = 0.5*tmp6
-        tmp8 = dh*n_attMM
-        tmp9 = tmp5*(attn_output_gate + 1)
-        tmp10 = n_attMM*tmp2*tmp9
-        tmp11 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp12 = h*layer_norms*(norm_bias + 1)
-        tmp13 = attn_extra_p + tmp11 + tmp12
-        tmp14 = xp.equal(zero3_non_exp, 1)
-        tmp15 = xp.not_equal(dh, 0)
-        tmp17 = 2/a
-        tmp18 = h*n_qknorm
-        tmp19 = tmp3*(h + o_bias)
-        tmp20 = tmp3*tmp9
-        tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-        tmp22 = 0.25*(tmp0*(1 + 1/cp))
-        tmp23 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp14, tmp15), -tmp0*(2*tmp1 + 0.25*tmp10 + tmp13 + 0.25*tmp4 + tmp7*tmp8), xp.where(tmp14, -tmp0*(tmp13 + tmp17*tmp18 + 0.25*tmp19 + 0.25*tmp20 + tmp3*tmp7/a), 0)) + xp.where(xp.logical_and(tmp15, tmp23), -tmp22*(8*tmp1 + tmp10 + tmp21 + tmp4 + 2*tmp6*tmp8), xp.where(tmp23, -tmp22*(tmp17*tmp3*tmp6 + tmp19 + tmp20 + tmp21 + 8*tmp18/a), 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_standard_dense_zero_layer__d_t",
-            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-            reals=4,
-            masks=4,
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp9 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp14 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp15 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp22 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp23 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp14, tmp15), inv0*tmp0,
-            #     numpy.where(tmp14, inv1*tmp0, 0)) + numpy.where(numpy.logical_and(tmp15, tmp23),
-            #     inv2*tmp22, numpy.where(tmp23, inv3*tmp22, 0)))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -2945,7 +2893,7 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 58 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2958,10 +2906,8 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         tmp5 = 0.5*(n_attMM*n_kv*tmp4)
         tmp6 = tmp4*(attn_output_gate + 1)
         tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = 1/((cp*cp)*t)
-        tmp9 = xp.equal(zero2_non_exp, 1)
-        tmp10 = h/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp9, xp.not_equal(dh, 0)), -tmp8*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp9, -tmp8*(tmp0*tmp10 + tmp10*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0))
+        tmp8 = h/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.equal(zero2_non_exp, 1), xp.where(xp.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)/((cp*cp)*t), 0)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
@@ -2976,10 +2922,9 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             tmp5 = 0.5*(n_attMM*n_kv*tmp4)
             tmp6 = tmp4*(attn_output_gate + 1)
             tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp10 = h/a
-            inv0 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv1 = -tmp0*tmp10 - tmp10*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
             tmp0 = 2*n_qknorm
@@ -2990,34 +2935,26 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             tmp5 = 0.5*(n_attMM*n_kv*tmp4)
             tmp6 = tmp4*(attn_output_gate + 1)
             tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp10 = h/a
-            inv0 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv1 = -tmp0*tmp10 - tmp10*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_standard_dense_zero_layer__d_cp",
-            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2"),
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2),
-            reals=2,
-            masks=2,
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
+            reals=1,
+            masks=1,
         )
-        for out, r0, r1, m0, m1, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2 in call.blocks():
-            # tmp8 = 1/((cp*cp)*t) -> r0
+        for out, r0, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
+            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
+            #     inv0/((cp*cp)*t), 0)
+            numpy.copyto(out, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # out = inv2*score_factor_dp*numpy.where(numpy.logical_and(tmp9, numpy.not_equal(dh,
-            #     0)), inv0*tmp8, numpy.where(tmp9, inv1*tmp8, 0))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(inv1, r0, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.not_equal(dh, 0.0, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.copyto(out, r1, where=m1)
-            numpy.multiply(out, inv2, out=out)
+            numpy.divide(inv0, r0, out=r0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -21781,128 +21718,76 @@ def stage_dp_standard_moe_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 51 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dh*n_qknorm
-        tmp2 = a*dh
-        tmp3 = h*n_attMM
-        tmp4 = tmp3*(o_bias + tmp2)
-        tmp5 = h + qkv_bias
-        tmp6 = n_kv*tmp5
-        tmp7 = 0.5*tmp6
-        tmp8 = dh*n_attMM
-        tmp9 = tmp5*(attn_output_gate + 1)
-        tmp10 = n_attMM*tmp2*tmp9
-        tmp11 = h*n_exp
-        tmp12 = h*layer_norms*(norm_bias + 1)
-        tmp13 = attn_extra_p + tmp11 + tmp12
-        tmp14 = xp.equal(zero3_non_exp, 1)
-        tmp15 = xp.not_equal(dh, 0)
-        tmp17 = 2/a
-        tmp18 = h*n_qknorm
-        tmp19 = tmp3*(h + o_bias)
-        tmp20 = tmp3*tmp9
-        tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-        tmp22 = 0.25*(tmp0*(1 + 1/cp))
-        tmp23 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp14, tmp15), -tmp0*(2*tmp1 + 0.25*tmp10 + tmp13 + 0.25*tmp4 + tmp7*tmp8), xp.where(tmp14, -tmp0*(tmp13 + tmp17*tmp18 + 0.25*tmp19 + 0.25*tmp20 + tmp3*tmp7/a), 0)) + xp.where(xp.logical_and(tmp15, tmp23), -tmp22*(8*tmp1 + tmp10 + tmp21 + tmp4 + 2*tmp6*tmp8), xp.where(tmp23, -tmp22*(tmp17*tmp3*tmp6 + tmp19 + tmp20 + tmp21 + 8*tmp18/a), 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = h*n_exp
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = h*n_exp
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_standard_moe_zero_layer__d_t",
-            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-            reals=4,
-            masks=4,
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp9 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp14 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp15 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp22 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp23 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp14, tmp15), inv0*tmp0,
-            #     numpy.where(tmp14, inv1*tmp0, 0)) + numpy.where(numpy.logical_and(tmp15, tmp23),
-            #     inv2*tmp22, numpy.where(tmp23, inv3*tmp22, 0)))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -21984,150 +21869,141 @@ def stage_dp_standard_moe_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 47.
+    # ops: 88 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-        tmp0 = 2*n_qknorm
-        tmp1 = a*dh
-        tmp2 = 0.25*n_attMM
-        tmp3 = h*tmp2
-        tmp4 = h + qkv_bias
-        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-        tmp6 = tmp4*(attn_output_gate + 1)
-        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp8 = 1/(cp*cp)
-        tmp9 = tmp8/t
-        tmp10 = xp.equal(zero2_non_exp, 1)
-        tmp11 = h/a
-        tmp12 = xp.equal(zero2_exp, 1)
-        tmp13 = xp.not_equal(n_shared_exp, 0)
-        tmp14 = h*hff_exp*n_ffMM
-        tmp15 = hff_exp*(n_ffMM - 1)
-        tmp16 = 1/xp.maximum(1, etp)
-        tmp17 = n_exp*(mlp_bias*(h + tmp15*tmp16) + tmp14*tmp16) + n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
-        tmp18 = h*shared_expert_gate + tmp17
-        tmp19 = xp.where(tmp13, xp.equal(tmp18, 0), xp.equal(tmp17, 0))
-        tmp20 = tmp8/(ep*t_exp)
-        tmp21 = -tmp18*tmp20
-        tmp22 = -tmp17*tmp20
-        tmp23 = xp.equal(zero3_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.not_equal(dh, 0)), -tmp9*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp10, -tmp9*(tmp0*tmp11 + tmp11*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0)) + xp.where(xp.logical_and(tmp12, tmp19), 0, xp.where(xp.logical_and(tmp12, tmp13), tmp21, xp.where(tmp12, tmp22, 0))) + xp.where(xp.logical_and(tmp19, tmp23), 0, xp.where(xp.logical_and(tmp13, tmp23), tmp21, xp.where(tmp23, tmp22, 0))))
+        tmp0 = 1/(cp*cp)
+        tmp1 = 2*n_qknorm
+        tmp2 = a*dh
+        tmp3 = 0.25*n_attMM
+        tmp4 = h*tmp3
+        tmp5 = h + qkv_bias
+        tmp6 = 0.5*(n_attMM*n_kv*tmp5)
+        tmp7 = tmp5*(attn_output_gate + 1)
+        tmp8 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp9 = h/a
+        tmp10 = xp.equal(zero2_exp, 1)
+        tmp11 = xp.not_equal(n_shared_exp, 0)
+        tmp12 = h*hff_exp*n_ffMM
+        tmp13 = hff_exp*(n_ffMM - 1)
+        tmp14 = 1/xp.maximum(1, etp)
+        tmp15 = n_exp*(mlp_bias*(h + tmp13*tmp14) + tmp12*tmp14) + n_shared_exp*(mlp_bias*(h + tmp13) + tmp12)
+        tmp16 = h*shared_expert_gate + tmp15
+        tmp17 = xp.where(tmp11, xp.equal(tmp16, 0), xp.equal(tmp15, 0))
+        tmp18 = tmp0/(ep*t_exp)
+        tmp19 = -tmp16*tmp18
+        tmp20 = -tmp15*tmp18
+        tmp21 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero2_non_exp, 1), tmp0*xp.where(xp.not_equal(dh, 0), -dh*tmp1 - dh*tmp6 - tmp2*tmp3*tmp7 - tmp4*(o_bias + tmp2) - tmp8, -tmp1*tmp9 - tmp4*tmp7 - tmp4*(h + o_bias) - tmp6*tmp9 - tmp8)/t, 0) + xp.where(xp.logical_and(tmp10, tmp17), 0, xp.where(xp.logical_and(tmp10, tmp11), tmp19, xp.where(tmp10, tmp20, 0))) + xp.where(xp.logical_and(tmp17, tmp21), 0, xp.where(xp.logical_and(tmp11, tmp21), tmp19, xp.where(tmp21, tmp20, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp11 = h/a
-            tmp14 = h*hff_exp*n_ffMM
-            tmp15 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
+            tmp1 = 2*n_qknorm
+            tmp2 = a*dh
+            tmp3 = 0.25*n_attMM
+            tmp4 = h*tmp3
+            tmp5 = h + qkv_bias
+            tmp6 = 0.5*(n_attMM*n_kv*tmp5)
+            tmp7 = tmp5*(attn_output_gate + 1)
+            tmp8 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp9 = h/a
+            tmp11 = numpy.not_equal(n_shared_exp, 0)
+            tmp12 = h*hff_exp*n_ffMM
+            tmp13 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp13) + tmp12)
             inv1 = h*shared_expert_gate
-            inv2 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv3 = -tmp0*tmp11 - tmp11*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp1 - dh*tmp6 - tmp2*tmp3*tmp7 - tmp4*(o_bias + tmp2) - tmp8, -tmp1*tmp9 - tmp4*tmp7 - tmp4*(h + o_bias) - tmp6*tmp9 - tmp8)
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp11 = h/a
-            tmp14 = h*hff_exp*n_ffMM
-            tmp15 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
+            tmp1 = 2*n_qknorm
+            tmp2 = a*dh
+            tmp3 = 0.25*n_attMM
+            tmp4 = h*tmp3
+            tmp5 = h + qkv_bias
+            tmp6 = 0.5*(n_attMM*n_kv*tmp5)
+            tmp7 = tmp5*(attn_output_gate + 1)
+            tmp8 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp9 = h/a
+            tmp11 = numpy.not_equal(n_shared_exp, 0)
+            tmp12 = h*hff_exp*n_ffMM
+            tmp13 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp13) + tmp12)
             inv1 = h*shared_expert_gate
-            inv2 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv3 = -tmp0*tmp11 - tmp11*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp1 - dh*tmp6 - tmp2*tmp3*tmp7 - tmp4*(o_bias + tmp2) - tmp8, -tmp1*tmp9 - tmp4*tmp7 - tmp4*(h + o_bias) - tmp6*tmp9 - tmp8)
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_standard_moe_zero_layer__d_cp",
-            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp14", "tmp15", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4),
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp12", "tmp13", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp12, tmp13, inv0, inv1, inv2, inv3),
             reals=5,
-            masks=6,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp8 = 1/(cp*cp) -> r0
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp12, tmp13, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp11_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = 1/(cp*cp) -> r0
             numpy.multiply(cp, cp, out=r0)
             numpy.divide(1.0, r0, out=r0)
-            # tmp9 = tmp8/t -> r1
-            numpy.divide(r0, t, out=r1)
-            # tmp10 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.equal(zero2_exp, 1) -> m1
+            # tmp10 = numpy.equal(zero2_exp, 1) -> m1
             numpy.equal(zero2_exp, 1.0, out=m1)
-            # tmp13 = numpy.not_equal(n_shared_exp, 0) -> m2
-            numpy.not_equal(n_shared_exp, 0.0, out=m2)
-            # tmp16 = 1/numpy.maximum(1, etp) -> r2
-            numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp17 = inv0 + n_exp*(mlp_bias*(h + tmp15*tmp16) + tmp14*tmp16) -> r3
-            numpy.multiply(tmp14, r2, out=r3)
-            numpy.multiply(tmp15, r2, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r3, inv0, out=r3)
-            # tmp18 = inv1 + tmp17 -> r2
-            numpy.add(inv1, r3, out=r2)
-            # tmp19 = numpy.where(tmp13, numpy.equal(tmp18, 0), numpy.equal(tmp17, 0)) -> m3
-            numpy.copyto(m3, numpy.where(m2, numpy.equal(r2, 0), numpy.equal(r3, 0)))
-            # tmp20 = tmp8/(ep*t_exp) -> r4
-            numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r0, r4, out=r4)
-            # tmp21 = -tmp18*tmp20 -> r0
-            numpy.multiply(r2, r4, out=r0)
-            numpy.negative(r0, out=r0)
-            # tmp22 = -tmp17*tmp20 -> r2
-            numpy.multiply(r3, r4, out=r2)
-            numpy.negative(r2, out=r2)
-            # tmp23 = numpy.equal(zero3_exp, 1) -> m4
-            numpy.equal(zero3_exp, 1.0, out=m4)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10, numpy.not_equal(dh,
-            #     0)), inv2*tmp9, numpy.where(tmp10, inv3*tmp9, 0)) +
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), 0,
-            #     numpy.where(numpy.logical_and(tmp12, tmp13), tmp21, numpy.where(tmp12, tmp22, 0)))
-            #     + numpy.where(numpy.logical_and(tmp19, tmp23), 0,
-            #     numpy.where(numpy.logical_and(tmp13, tmp23), tmp21, numpy.where(tmp23, tmp22,
+            # tmp14 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp15 = inv0 + n_exp*(mlp_bias*(h + tmp13*tmp14) + tmp12*tmp14) -> r2
+            numpy.multiply(tmp12, r1, out=r2)
+            numpy.multiply(tmp13, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp16 = inv1 + tmp15 -> r1
+            numpy.add(inv1, r2, out=r1)
+            # tmp17 = numpy.where(tmp11_mask, numpy.equal(tmp16, 0), numpy.equal(tmp15, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp18 = tmp0/(ep*t_exp) -> r3
+            numpy.multiply(ep, t_exp, out=r3)
+            numpy.divide(r0, r3, out=r3)
+            # tmp19 = -tmp16*tmp18 -> r4
+            numpy.multiply(r1, r3, out=r4)
+            numpy.negative(r4, out=r4)
+            # tmp20 = -tmp15*tmp18 -> r1
+            numpy.multiply(r2, r3, out=r1)
+            numpy.negative(r1, out=r1)
+            # tmp21 = numpy.equal(zero3_exp, 1) -> m3
+            numpy.equal(zero3_exp, 1.0, out=m3)
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
+            #     + numpy.where(numpy.logical_and(tmp10, tmp17), 0,
+            #     numpy.where(numpy.logical_and(tmp10, tmp11_mask), tmp19, numpy.where(tmp10, tmp20,
+            #     0))) + numpy.where(numpy.logical_and(tmp17, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp11_mask, tmp21), tmp19, numpy.where(tmp21, tmp20,
             #     0))))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(out, r3, where=m0)
-            numpy.not_equal(dh, 0.0, out=m5)
-            numpy.logical_and(m5, m0, out=m5)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(out, r3, where=m5)
-            numpy.copyto(r3, 0.0)
-            numpy.copyto(r3, r2, where=m1)
-            numpy.logical_and(m1, m2, out=m5)
-            numpy.copyto(r3, r0, where=m5)
-            numpy.logical_and(m1, m3, out=m5)
-            numpy.copyto(r3, 0.0, where=m5)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.copyto(r3, r2, where=m4)
-            numpy.logical_and(m2, m4, out=m5)
-            numpy.copyto(r3, r0, where=m5)
-            numpy.logical_and(m3, m4, out=m5)
-            numpy.copyto(r3, 0.0, where=m5)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.multiply(inv2, r0, out=r2)
+            numpy.divide(r2, t, out=r2)
+            numpy.copyto(out, r2, where=m4)
+            numpy.copyto(r2, 0.0)
+            numpy.copyto(r2, r1, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
+            numpy.add(out, r2, out=out)
+            numpy.copyto(r2, 0.0)
+            numpy.copyto(r2, r1, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -22195,7 +22071,7 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -22218,6 +22094,7 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -22225,6 +22102,7 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -22238,10 +22116,10 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             masks=5,
         )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
+            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
             # tmp4 = 1/numpy.maximum(1, etp) -> r0
             numpy.maximum(1.0, etp, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -22255,8 +22133,8 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             numpy.add(r1, inv0, out=r1)
             # tmp6 = inv1 + tmp5 -> r0
             numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
             # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
             numpy.multiply(ep, ep, out=r2)
             numpy.multiply(r2, cp, out=r2)
@@ -22274,25 +22152,25 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
             # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
             #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
             numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m0)
-            numpy.logical_and(m0, m1, out=m4)
+            numpy.copyto(out, r4, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
             numpy.multiply(r0, r2, out=r4)
             numpy.negative(r4, out=r4)
             numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m0, m2, out=m4)
+            numpy.logical_and(m1, m2, out=m4)
             numpy.copyto(out, 0.0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.multiply(r3, r1, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m1, m3, out=m4)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r3, r0, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m4)
@@ -23530,154 +23408,85 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 103 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_dense_zero_layer__d_t",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=4,
-            masks=5,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -23740,7 +23549,7 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -23753,13 +23562,11 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         tmp5 = 2*dh
         tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         tmp7 = n_qknorm*tmp5 + tmp6
-        tmp8 = 1/((cp*cp)*t)
-        tmp9 = xp.equal(zero2_non_exp, 1)
-        tmp10 = xp.not_equal(dh, 0)
-        tmp11 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-        tmp13 = tmp6 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.equal(zero2_non_exp, 1), xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/((cp*cp)*t), 0)
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
@@ -23774,13 +23581,12 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
             tmp0 = dc_kv*n_kv
@@ -23791,49 +23597,29 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_dense_zero_layer__d_cp",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
-            reals=2,
-            masks=4,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
+            reals=1,
+            masks=1,
         )
-        for out, r0, r1, m0, m1, m2, m3, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp8 = 1/((cp*cp)*t) -> r0
+        for out, r0, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
+            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
+            #     inv0/((cp*cp)*t), 0)
+            numpy.copyto(out, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # tmp10 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp11 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp9)), inv0*tmp8, numpy.where(numpy.logical_and(tmp10,
-            #     tmp9), inv1*tmp8, numpy.where(numpy.logical_and(tmp11, tmp9), inv2*tmp8,
-            #     numpy.where(tmp9, inv3*tmp8, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m2, m0, out=m3)
-            numpy.multiply(inv2, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m0, out=m3)
-            numpy.multiply(inv1, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.multiply(out, inv4, out=out)
+            numpy.divide(inv0, r0, out=r0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -24542,154 +24328,85 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 61 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_zero_layer__d_t",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=4,
-            masks=5,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -24776,170 +24493,150 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 103 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 98 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-        tmp0 = xp.equal(zero2_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/(cp*cp)
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = -tmp6*tmp9
-        tmp11 = -tmp5*tmp9
-        tmp12 = xp.equal(zero3_exp, 1)
-        tmp13 = dc_kv*n_kv
-        tmp14 = a*dc_q
-        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp16 = 0.25*n_attMM
-        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-        tmp18 = 2*dh
-        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp20 = n_qknorm*tmp18 + tmp19
-        tmp21 = tmp8/t
-        tmp22 = xp.equal(zero2_non_exp, 1)
-        tmp23 = xp.not_equal(dh, 0)
-        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-        tmp26 = tmp19 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
+        tmp0 = 1/(cp*cp)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*dc_q
+        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = xp.not_equal(dh, 0)
+        tmp10 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp12 = tmp7 + 2*h*n_qknorm/a
+        tmp13 = xp.equal(zero2_exp, 1)
+        tmp14 = xp.not_equal(n_shared_exp, 0)
+        tmp15 = h*hff_exp*n_ffMM
+        tmp16 = hff_exp*(n_ffMM - 1)
+        tmp17 = 1/xp.maximum(1, etp)
+        tmp18 = n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) + n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
+        tmp19 = h*shared_expert_gate + tmp18
+        tmp20 = xp.where(tmp14, xp.equal(tmp19, 0), xp.equal(tmp18, 0))
+        tmp21 = tmp0/(ep*t_exp)
+        tmp22 = -tmp19*tmp21
+        tmp23 = -tmp18*tmp21
+        tmp24 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero2_non_exp, 1), tmp0*xp.where(xp.logical_and(tmp10, tmp9), -tmp5 - tmp8, xp.where(tmp9, -tmp11 - tmp8, xp.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))/t, 0) + xp.where(xp.logical_and(tmp13, tmp20), 0, xp.where(xp.logical_and(tmp13, tmp14), tmp22, xp.where(tmp13, tmp23, 0))) + xp.where(xp.logical_and(tmp20, tmp24), 0, xp.where(xp.logical_and(tmp14, tmp24), tmp22, xp.where(tmp24, tmp23, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*dc_q
-            tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*dc_q
-            tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3),
             reals=5,
-            masks=8,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, m6, m7, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp0 = numpy.equal(zero2_exp, 1) -> m0
-            numpy.equal(zero2_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp14_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = 1/(cp*cp) -> r0
+            numpy.multiply(cp, cp, out=r0)
             numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/(cp*cp) -> r2
-            numpy.multiply(cp, cp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
+            # tmp13 = numpy.equal(zero2_exp, 1) -> m1
+            numpy.equal(zero2_exp, 1.0, out=m1)
+            # tmp17 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp18 = inv0 + n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) -> r2
+            numpy.multiply(tmp15, r1, out=r2)
+            numpy.multiply(tmp16, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp19 = inv1 + tmp18 -> r1
+            numpy.add(inv1, r2, out=r1)
+            # tmp20 = numpy.where(tmp14_mask, numpy.equal(tmp19, 0), numpy.equal(tmp18, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp21 = tmp0/(ep*t_exp) -> r3
             numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = -tmp6*tmp9 -> r4
-            numpy.multiply(r0, r3, out=r4)
+            numpy.divide(r0, r3, out=r3)
+            # tmp22 = -tmp19*tmp21 -> r4
+            numpy.multiply(r1, r3, out=r4)
             numpy.negative(r4, out=r4)
-            # tmp11 = -tmp5*tmp9 -> r0
-            numpy.multiply(r1, r3, out=r0)
-            numpy.negative(r0, out=r0)
-            # tmp12 = numpy.equal(zero3_exp, 1) -> m3
+            # tmp23 = -tmp18*tmp21 -> r1
+            numpy.multiply(r2, r3, out=r1)
+            numpy.negative(r1, out=r1)
+            # tmp24 = numpy.equal(zero3_exp, 1) -> m3
             numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp21 = tmp8/t -> r1
-            numpy.divide(r2, t, out=r1)
-            # tmp22 = numpy.equal(zero2_non_exp, 1) -> m4
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            # tmp23 = numpy.not_equal(dh, 0) -> m5
-            numpy.not_equal(dh, 0.0, out=m5)
-            # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m6
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m6)
-            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp10, numpy.where(tmp0, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp12, tmp7), 0, numpy.where(numpy.logical_and(tmp1,
-            #     tmp12), tmp10, numpy.where(tmp12, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23, tmp24)), inv2*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp23), inv3*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp24), inv4*tmp21, numpy.where(tmp22,
-            #     inv5*tmp21, 0)))))
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
+            #     + numpy.where(numpy.logical_and(tmp13, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp13, tmp14_mask), tmp22, numpy.where(tmp13, tmp23,
+            #     0))) + numpy.where(numpy.logical_and(tmp20, tmp24), 0,
+            #     numpy.where(numpy.logical_and(tmp14_mask, tmp24), tmp22, numpy.where(tmp24, tmp23,
+            #     0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r4, where=m7)
-            numpy.logical_and(m0, m2, out=m7)
-            numpy.copyto(out, 0.0, where=m7)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.multiply(inv2, r0, out=r2)
+            numpy.divide(r2, t, out=r2)
+            numpy.copyto(out, r2, where=m4)
             numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, r0, where=m3)
-            numpy.logical_and(m1, m3, out=m7)
-            numpy.copyto(r2, r4, where=m7)
-            numpy.logical_and(m3, m2, out=m7)
-            numpy.copyto(r2, 0.0, where=m7)
+            numpy.copyto(r2, r1, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
             numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.logical_and(m7, m6, out=m7)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
+            numpy.copyto(r2, r1, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -25007,7 +24704,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -25030,6 +24727,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -25037,6 +24735,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -25050,10 +24749,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             masks=5,
         )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
+            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
             # tmp4 = 1/numpy.maximum(1, etp) -> r0
             numpy.maximum(1.0, etp, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -25067,8 +24766,8 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.add(r1, inv0, out=r1)
             # tmp6 = inv1 + tmp5 -> r0
             numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
             # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
             numpy.multiply(ep, ep, out=r2)
             numpy.multiply(r2, cp, out=r2)
@@ -25086,25 +24785,25 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
             # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
             #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
             numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m0)
-            numpy.logical_and(m0, m1, out=m4)
+            numpy.copyto(out, r4, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
             numpy.multiply(r0, r2, out=r4)
             numpy.negative(r4, out=r4)
             numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m0, m2, out=m4)
+            numpy.logical_and(m1, m2, out=m4)
             numpy.copyto(out, 0.0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.multiply(r3, r1, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m1, m3, out=m4)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r3, r0, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m4)
@@ -26291,154 +25990,85 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_dense_zero_layer__d_t",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=4,
-            masks=5,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -26499,7 +26129,7 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 61 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -26512,13 +26142,11 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         tmp5 = 2*dh
         tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         tmp7 = n_qknorm*tmp5 + tmp6
-        tmp8 = 1/((cp*cp)*t)
-        tmp9 = xp.equal(zero2_non_exp, 1)
-        tmp10 = xp.not_equal(dh, 0)
-        tmp11 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-        tmp13 = tmp6 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.equal(zero2_non_exp, 1), xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/((cp*cp)*t), 0)
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
@@ -26533,13 +26161,12 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
             tmp0 = dc_kv*n_kv
@@ -26550,49 +26177,29 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_dense_zero_layer__d_cp",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
-            reals=2,
-            masks=4,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
+            reals=1,
+            masks=1,
         )
-        for out, r0, r1, m0, m1, m2, m3, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp8 = 1/((cp*cp)*t) -> r0
+        for out, r0, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
+            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
+            #     inv0/((cp*cp)*t), 0)
+            numpy.copyto(out, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # tmp10 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp11 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp9)), inv0*tmp8, numpy.where(numpy.logical_and(tmp10,
-            #     tmp9), inv1*tmp8, numpy.where(numpy.logical_and(tmp11, tmp9), inv2*tmp8,
-            #     numpy.where(tmp9, inv3*tmp8, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m2, m0, out=m3)
-            numpy.multiply(inv2, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m0, out=m3)
-            numpy.multiply(inv1, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.multiply(out, inv4, out=out)
+            numpy.divide(inv0, r0, out=r0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -27302,154 +26909,85 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 57 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer__d_t",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=4,
-            masks=5,
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -27534,170 +27072,150 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 94 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-        tmp0 = xp.equal(zero2_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/(cp*cp)
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = -tmp6*tmp9
-        tmp11 = -tmp5*tmp9
-        tmp12 = xp.equal(zero3_exp, 1)
-        tmp13 = dc_kv*n_kv
-        tmp14 = a*h
-        tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
-        tmp16 = 0.25*n_attMM
-        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-        tmp18 = 2*dh
-        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp20 = n_qknorm*tmp18 + tmp19
-        tmp21 = tmp8/t
-        tmp22 = xp.equal(zero2_non_exp, 1)
-        tmp23 = xp.not_equal(dh, 0)
-        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-        tmp26 = tmp19 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
+        tmp0 = 1/(cp*cp)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = xp.not_equal(dh, 0)
+        tmp10 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp12 = tmp7 + 2*h*n_qknorm/a
+        tmp13 = xp.equal(zero2_exp, 1)
+        tmp14 = xp.not_equal(n_shared_exp, 0)
+        tmp15 = h*hff_exp*n_ffMM
+        tmp16 = hff_exp*(n_ffMM - 1)
+        tmp17 = 1/xp.maximum(1, etp)
+        tmp18 = n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) + n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
+        tmp19 = h*shared_expert_gate + tmp18
+        tmp20 = xp.where(tmp14, xp.equal(tmp19, 0), xp.equal(tmp18, 0))
+        tmp21 = tmp0/(ep*t_exp)
+        tmp22 = -tmp19*tmp21
+        tmp23 = -tmp18*tmp21
+        tmp24 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero2_non_exp, 1), tmp0*xp.where(xp.logical_and(tmp10, tmp9), -tmp5 - tmp8, xp.where(tmp9, -tmp11 - tmp8, xp.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))/t, 0) + xp.where(xp.logical_and(tmp13, tmp20), 0, xp.where(xp.logical_and(tmp13, tmp14), tmp22, xp.where(tmp13, tmp23, 0))) + xp.where(xp.logical_and(tmp20, tmp24), 0, xp.where(xp.logical_and(tmp14, tmp24), tmp22, xp.where(tmp24, tmp23, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*h
-            tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*h
-            tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
-            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3),
             reals=5,
-            masks=8,
+            masks=5,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, m6, m7, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp0 = numpy.equal(zero2_exp, 1) -> m0
-            numpy.equal(zero2_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp14_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = 1/(cp*cp) -> r0
+            numpy.multiply(cp, cp, out=r0)
             numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/(cp*cp) -> r2
-            numpy.multiply(cp, cp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
+            # tmp13 = numpy.equal(zero2_exp, 1) -> m1
+            numpy.equal(zero2_exp, 1.0, out=m1)
+            # tmp17 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp18 = inv0 + n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) -> r2
+            numpy.multiply(tmp15, r1, out=r2)
+            numpy.multiply(tmp16, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp19 = inv1 + tmp18 -> r1
+            numpy.add(inv1, r2, out=r1)
+            # tmp20 = numpy.where(tmp14_mask, numpy.equal(tmp19, 0), numpy.equal(tmp18, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp21 = tmp0/(ep*t_exp) -> r3
             numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = -tmp6*tmp9 -> r4
-            numpy.multiply(r0, r3, out=r4)
+            numpy.divide(r0, r3, out=r3)
+            # tmp22 = -tmp19*tmp21 -> r4
+            numpy.multiply(r1, r3, out=r4)
             numpy.negative(r4, out=r4)
-            # tmp11 = -tmp5*tmp9 -> r0
-            numpy.multiply(r1, r3, out=r0)
-            numpy.negative(r0, out=r0)
-            # tmp12 = numpy.equal(zero3_exp, 1) -> m3
+            # tmp23 = -tmp18*tmp21 -> r1
+            numpy.multiply(r2, r3, out=r1)
+            numpy.negative(r1, out=r1)
+            # tmp24 = numpy.equal(zero3_exp, 1) -> m3
             numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp21 = tmp8/t -> r1
-            numpy.divide(r2, t, out=r1)
-            # tmp22 = numpy.equal(zero2_non_exp, 1) -> m4
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            # tmp23 = numpy.not_equal(dh, 0) -> m5
-            numpy.not_equal(dh, 0.0, out=m5)
-            # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m6
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m6)
-            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp10, numpy.where(tmp0, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp12, tmp7), 0, numpy.where(numpy.logical_and(tmp1,
-            #     tmp12), tmp10, numpy.where(tmp12, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23, tmp24)), inv2*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp23), inv3*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp24), inv4*tmp21, numpy.where(tmp22,
-            #     inv5*tmp21, 0)))))
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
+            #     + numpy.where(numpy.logical_and(tmp13, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp13, tmp14_mask), tmp22, numpy.where(tmp13, tmp23,
+            #     0))) + numpy.where(numpy.logical_and(tmp20, tmp24), 0,
+            #     numpy.where(numpy.logical_and(tmp14_mask, tmp24), tmp22, numpy.where(tmp24, tmp23,
+            #     0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r4, where=m7)
-            numpy.logical_and(m0, m2, out=m7)
-            numpy.copyto(out, 0.0, where=m7)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.multiply(inv2, r0, out=r2)
+            numpy.divide(r2, t, out=r2)
+            numpy.copyto(out, r2, where=m4)
             numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, r0, where=m3)
-            numpy.logical_and(m1, m3, out=m7)
-            numpy.copyto(r2, r4, where=m7)
-            numpy.logical_and(m3, m2, out=m7)
-            numpy.copyto(r2, 0.0, where=m7)
+            numpy.copyto(r2, r1, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
             numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.logical_and(m7, m6, out=m7)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
+            numpy.copyto(r2, r1, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -27765,7 +27283,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -27788,6 +27306,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     with numpy.errstate(divide="ignore", invalid="ignore"):
         # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -27795,6 +27314,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -27808,10 +27328,10 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             masks=5,
         )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
+            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
             # tmp4 = 1/numpy.maximum(1, etp) -> r0
             numpy.maximum(1.0, etp, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -27825,8 +27345,8 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.add(r1, inv0, out=r1)
             # tmp6 = inv1 + tmp5 -> r0
             numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
             # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
             numpy.multiply(ep, ep, out=r2)
             numpy.multiply(r2, cp, out=r2)
@@ -27844,25 +27364,25 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
             # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
             #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
             numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m0)
-            numpy.logical_and(m0, m1, out=m4)
+            numpy.copyto(out, r4, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
             numpy.multiply(r0, r2, out=r4)
             numpy.negative(r4, out=r4)
             numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m0, m2, out=m4)
+            numpy.logical_and(m1, m2, out=m4)
             numpy.copyto(out, 0.0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.multiply(r3, r1, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m1, m3, out=m4)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r3, r0, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m4)
