@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import generated
-from symbolic.stage_time import ITEMS
+from symbolic.symbols import SPECS
 
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
@@ -72,6 +72,20 @@ class TimePrices:
     stages: dict[str, Any] | None = None
 
 
+def _items() -> tuple[tuple[str, str, str, str], ...]:
+    """(dimension, collective, group, weight) of every item of ``symbolic.stage_time``, from the generated table."""
+    out = []
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if pairs.get("output") == "time" and pairs.get("what") == "time_s":
+            out.append((pairs["dimension"], pairs["collective"], pairs["group"], pairs["weight"]))
+    return tuple(out)
+
+
+#: Per item of ``symbolic.stage_time``: (dimension, collective, group, weight), in registry order.
+ITEMS = _items()
+
+
 def _item_name(dim: str, coll: str, what: str) -> str:
     return f"{dim}_{coll}_stage_{what}"
 
@@ -81,6 +95,11 @@ def _arguments(name: str) -> tuple[str, ...]:
 
 
 _PARAMS = ("P_ne", "P_r")
+
+
+def _hardware_symbol(name: str) -> bool:
+    """A symbol of the collective time forms that ``time_bindings`` gives (by its declared unit)."""
+    return SPECS[name].unit in ("s", "bytes/s") or name in ("ring_channels", "nvls", "nvls_efficiency")
 
 
 def _layer_params(f: Fields) -> dict[str, Any]:
@@ -109,6 +128,8 @@ class TimePricer:
         system: a catalog system (or alias) with ``[gpu]`` facts, e.g. ``"dgx_h100"``.
         order: the rank order, dimensions innermost first (``tp-cp-ep-dp-pp``: Megatron's default).
         fsdp, recompute: run settings shared by every layout (``None`` keeps the model file's).
+        volumes_only: only :meth:`volumes` will be asked for (calls, S, bytes: no hardware needed, so
+            a system without GPU facts is accepted).
 
     Raises:
         ValueError: naming an unknown model or system, a system without GPU facts (A2, A3), or a
@@ -116,7 +137,7 @@ class TimePricer:
     """
 
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
-                 recompute: str | None = None):
+                 recompute: str | None = None, volumes_only: bool = False):
         import hardware
         from hardware._nccl import time_bindings
 
@@ -127,10 +148,11 @@ class TimePricer:
         self.model = model
         self.system_name = system
         self.system = hardware.load(system)
-        if self.system.gpu is None:
+        if self.system.gpu is None and not volumes_only:
             raise ValueError(f"--device {system}: system {self.system.name!r} has no GPU and network facts ([gpu] "
                              "table); the time model needs a catalog system such as dgx_h100")
-        self.hardware = {k: float(v) for k, v in time_bindings(self.system).items()}
+        self.volumes_only = bool(volumes_only)
+        self.hardware = {} if self.system.gpu is None else {k: float(v) for k, v in time_bindings(self.system).items()}
         dims = order.split("-") if isinstance(order, str) else []
         if sorted(dims) != sorted(TIME_DIMENSIONS):
             raise ValueError(f"order: the dimensions {', '.join(TIME_DIMENSIONS)} each once, joined by '-', "
@@ -139,7 +161,7 @@ class TimePricer:
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
         names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in WHATS]
-        layout_args = {a for n in names for a in _arguments(n)} - set(self.hardware) - set(_GROUP_SYMBOLS) - {
+        layout_args = {a for n in names for a in _arguments(n) if not _hardware_symbol(a)} - set(_GROUP_SYMBOLS) - {
             "n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
         params = {a for n in generated.FORMULAS if n.startswith("params_") for a in _arguments(n)}
@@ -166,6 +188,22 @@ class TimePricer:
         """
         validated = flag("validated", validated)
         per_stage = flag("per_stage", per_stage)
+        if self.volumes_only:
+            raise ValueError("TimePricer(volumes_only=True) prices volumes only: use volumes()")
+        return self._price(batch, validated, WHATS if per_stage else ("time_s",), per_stage)
+
+    def volumes(self, batch: LayoutBatch, *, validated: bool = False) -> dict[str, dict[str, np.ndarray]]:
+        """Every stage's calls per step, S of one call and bytes per rank per step, per dimension and collective.
+
+        Returns:
+            ``what → "dim.collective" → (N, P_max)`` for ``what`` in ``calls_count, msg_bytes, step_bytes``
+            (NaN past a layout's last stage). No hardware is read.
+        """
+        stages = self._price(batch, flag("validated", validated), WHATS[:3], True).stages
+        assert stages is not None
+        return {what: stages[what] for what in WHATS[:3]}
+
+    def _price(self, batch: LayoutBatch, validated: bool, whats: tuple[str, ...], per_stage: bool) -> TimePrices:
         n = len(batch)
         if not validated and n:
             check_batch(self.model, batch)
@@ -173,11 +211,10 @@ class TimePricer:
         stage_idx = np.zeros(n, dtype=np.int64)
         by_dim = {dim: np.empty(n) for dim in TIME_DIMENSIONS}
         p_max = int(batch.p.max()) if n else 0
-        whats = WHATS if per_stage else ("time_s",)
         stages: dict[str, Any] | None = None
         if per_stage:
             stages = {what: {f"{dim}.{coll}": np.full((n, p_max), np.nan) for dim, coll, _, _ in ITEMS}
-                      for what in WHATS}
+                      for what in whats}
             stages["total_s"] = np.full((n, p_max), np.nan)
         for start in range(0, n, _BLOCK):
             rows = slice(start, min(n, start + _BLOCK))
@@ -223,7 +260,7 @@ class TimePricer:
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
         values, f = self._values(batch)
-        placed = self._placements(f)
+        placed = self._placements(f) if "time_s" in whats else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
         moe = f.scalar("n_exp") > 1
         m = len(batch)
         # Per-layer items: one value per layout (weighed by the counts below).
