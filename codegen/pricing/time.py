@@ -257,60 +257,91 @@ class TimePricer:
                 **{a: args[a] for a in _arguments(f"placement_group_{key}_count")}) for key in _GROUP_SYMBOLS}
         return out
 
-    def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
-                     stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
-        values, f = self._values(batch)
-        placed = self._placements(f) if "time_s" in whats else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
-        moe = f.scalar("n_exp") > 1
-        m = len(batch)
-        # Per-layer items: one value per layout (weighed by the counts below).
-        per_layer: dict[tuple[str, str], np.ndarray] = {}
-        for dim, coll, group, weight in ITEMS:
-            if weight == "stage":
-                continue
-            for what in whats:
-                args = dict(values, **placed[group], n_layers_stage=1.0, n_moe_layers_stage=1.0)
-                name = _item_name(dim, coll, what)
-                per_layer[(name, what)] = np.broadcast_to(
-                    getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), (m,))
-        # Pipeline shapes of the block.
+    def _layer_columns(self, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per layout, its stages' distinct (layers, MoE layers) columns and each stage's column.
+
+        Returns:
+            ``layers`` and ``moe_layers`` of shape (M, U) (a layout's distinct counts, padded with its
+            first), ``where`` (M, P_max): each stage's column (0 past the layout's last stage), and
+            ``inside`` (M, P_max): True for the layout's own stages.
+        """
         p, vp = batch.p, batch.vp
         key = p * (int(vp.max()) + 1) + vp
-        shapes = np.unique(key)
+        shapes, inverse = np.unique(key, return_inverse=True)
+        inverse = np.asarray(inverse).reshape(-1)
+        p_max = int(p.max())
+        tables = []
         for shape in shapes:
-            sel = np.flatnonzero(key == shape) if len(shapes) > 1 else np.arange(m)
-            p_i, vp_i = int(p[sel[0]]), int(vp[sel[0]])
-            counts = self._stage_counts(batch, p_i, vp_i)
-            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,)
-            moe_layers = layers if moe else np.zeros_like(layers)
-            distinct, where = np.unique(np.stack([layers, moe_layers]), axis=1, return_inverse=True)
-            where = np.asarray(where).reshape(-1)
-            sub = {k: (v[sel][:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-            total = np.zeros((len(sel), p_i))
-            dims = {dim: np.zeros((len(sel), p_i)) for dim in TIME_DIMENSIONS}
-            for dim, coll, group, weight in ITEMS:
-                grp = {k: (v[sel][:, None] if isinstance(v, np.ndarray) and v.ndim else v)
-                       for k, v in placed[group].items()}
-                for what in whats:
-                    name = _item_name(dim, coll, what)
-                    if weight == "stage":
-                        args = dict(sub, **grp, n_layers_stage=distinct[0][None, :], n_moe_layers_stage=distinct[1][None, :])
-                        value = getattr(generated, name)(**{a: args[a] for a in _arguments(name)})
-                        value = np.broadcast_to(value, (len(sel), distinct.shape[1]))[:, where]
-                    else:
-                        per = per_layer[(name, what)][sel][:, None]
-                        value = per * (layers if weight == "layer" else moe_layers)[None, :] \
-                            if what in ("calls_count", "step_bytes", "time_s") else np.broadcast_to(per, (len(sel), p_i))
-                    if what == "time_s":
-                        total += value
-                        dims[dim] += value
-                    if stages is not None:
-                        stages[what][f"{dim}.{coll}"][rows][sel, :p_i] = value
-            if stages is not None:
-                stages["total_s"][rows][sel, :p_i] = total
+            first = int(np.flatnonzero(key == shape)[0])
+            counts = self._stage_counts(batch, int(p[first]), int(vp[first]))
+            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
+            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
+            distinct, where = np.unique(both, axis=1, return_inverse=True)
+            tables.append((distinct, np.asarray(where).reshape(-1)))
+        u_max = max(t[0].shape[1] for t in tables)
+        lay = np.empty((len(shapes), u_max))
+        moe_lay = np.empty((len(shapes), u_max))
+        where = np.zeros((len(shapes), p_max), dtype=np.intp)
+        inside = np.zeros((len(shapes), p_max), dtype=bool)
+        for j, (distinct, w) in enumerate(tables):
+            u = distinct.shape[1]
+            lay[j, :u], moe_lay[j, :u] = distinct
+            lay[j, u:], moe_lay[j, u:] = distinct[0, 0], distinct[1, 0]
+            where[j, :len(w)] = w
+            inside[j, :len(w)] = True
+        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+
+    def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
+                     stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
+        """Price one block: every item evaluated once per layout and distinct layer count of its stages.
+
+        A stage's items depend on its layers alone, so each of a layout's stages is one of its distinct
+        (layers, MoE layers) columns: the bottleneck is the largest column total, the stages gather
+        their column.
+        """
+        values, f = self._values(batch)
+        timed = "time_s" in whats
+        placed = self._placements(f) if timed else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
+        m = len(batch)
+        lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
+        col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+        per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
+        for dim, coll, group, weight in ITEMS:
+            grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
+            calls_name = _item_name(dim, coll, "calls_count")
+            for what in whats:
+                name = _item_name(dim, coll, what)
+                key = f"{dim}.{coll}"
+                if weight == "stage":
+                    args = dict(col, **grp, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
+                else:
+                    args = dict(values, **placed[group], n_layers_stage=1.0, n_moe_layers_stage=1.0)
+                if what == "time_s" and (key, "calls_count") not in per_column:
+                    calls = getattr(generated, calls_name)(**{a: args[a] for a in _arguments(calls_name)})
+                    if not np.any(calls):  # the collective does not run in this block: 0 s, skip NCCL's model
+                        per_column[(key, what)] = np.zeros((m, lay.shape[1]))
+                        continue
+                value = getattr(generated, name)(**{a: args[a] for a in _arguments(name)})
+                if weight != "stage":
+                    value = np.broadcast_to(value, (m,))[:, None]
+                    if what != "msg_bytes":
+                        value = value * (lay if weight == "layer" else moe_lay)
+                per_column[(key, what)] = np.broadcast_to(value, (m, lay.shape[1]))
+        keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
+        if timed:
+            dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
+            total = sum(dims.values())
             best = np.argmax(total, axis=1)
-            out_rows = np.arange(rows.start, rows.stop)[sel]
-            bottleneck[out_rows] = total[np.arange(len(sel)), best]
-            stage_idx[out_rows] = best
+            pick = np.arange(m)
+            bottleneck[rows] = total[pick, best]
+            # The first stage with that column.
+            stage_idx[rows] = np.argmax((where == best[:, None]) & inside, axis=1)
             for dim in TIME_DIMENSIONS:
-                by_dim[dim][out_rows] = dims[dim][np.arange(len(sel)), best]
+                by_dim[dim][rows] = dims[dim][pick, best]
+        if stages is not None:
+            p_max = stages[whats[0]][keys[0]].shape[1]
+            w = where[:, :p_max]
+            for (key, what), value in per_column.items():
+                stages[what][key][rows] = np.where(inside, np.take_along_axis(value, w, axis=1), np.nan)
+            if timed:
+                stages["total_s"][rows] = np.where(inside, np.take_along_axis(total, w, axis=1), np.nan)
