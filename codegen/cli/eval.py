@@ -48,6 +48,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory", action="store_true",
                    help="also print each stage's memory per rank by part against the --device GPU's HBM "
                         "(GiB; bytes under --json); needs a --device with GPU facts, e.g. dgx_h100")
+    p.add_argument("--cost", choices=("volume", "time"), default="volume",
+                   help="volume (default: the --convention's volumes) or time: each stage's communication seconds "
+                        "per step by dimension and collective on NCCL's model (needs a --device with GPU and network "
+                        "facts, e.g. dgx_h100)")
+    p.add_argument("--convention", choices=("original", "consistent"), default="original",
+                   help="volumes as the original sums them (default) or consistent: bytes per rank per step by "
+                        "dimension and collective")
+    p.add_argument("--order", default="tp-cp-ep-dp-pp",
+                   help="rank order for --cost time, innermost first (default Megatron's tp-cp-ep-dp-pp)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -92,7 +101,86 @@ def print_memory(memory: dict[str, Any]) -> None:
           f"variant {memory['variant']}; workspace is what a recomputed layer holds again in its backward pass.")
 
 
+TIME_UNITS = ("seconds per training step per rank (stage), NCCL's predicted time of each call times the calls per "
+              "step; no overlap with compute; the bottleneck is the stage with the most seconds")
+CONSISTENT_UNITS = "bytes one rank sends per training step (calls x the collective's share of nccl-tests size S)"
+
+
+def _consistent(args: argparse.Namespace) -> dict[str, Any]:
+    """Per stage, by dimension and collective: seconds (``--cost time``) or bytes per rank per step."""
+    from ..pricing.time import TIME_DIMENSIONS, TimePricer
+
+    model = load_model(args.model)
+    devices = None if args.devices is None else devices_count(args.devices)
+    layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    time = args.cost == "time"
+    pricer = TimePricer(model, system=args.device, order=args.order, volumes_only=not time)
+    validate(model, layout, devices)
+    batch = LayoutBatch.from_layouts([layout])
+    if time:
+        prices = pricer.price_batch(batch, validated=True, per_stage=True)
+        table, what = prices.stages, "time_s"
+    else:
+        table, what = pricer.volumes(batch, validated=True), "step_bytes"
+    stages = []
+    for i in range(layout.p):
+        row: dict[str, Any] = {"stage": i}
+        by_coll = {key: float(finite(f"stage {i} {key}", table[what][key][0, i])) for key in table[what]}
+        by_dim = {dim: sum(v for k, v in by_coll.items() if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
+        key = "total_s" if time else "total_bytes"
+        row[key] = sum(by_dim.values())
+        row["by_dimension"] = by_dim
+        row["by_collective"] = by_coll
+        row["calls"] = {k: float(table["calls_count"][k][0, i]) for k in table["calls_count"]}
+        row["msg_bytes"] = {k: float(table["msg_bytes"][k][0, i]) for k in table["msg_bytes"]}
+        if time:
+            row["step_bytes"] = {k: float(table["step_bytes"][k][0, i]) for k in table["step_bytes"]}
+        stages.append(row)
+    res: dict[str, Any] = {"model": args.model, "layout": str(layout), "device": args.device, "cost": args.cost,
+                           "convention": "consistent", "order": args.order, "stages": stages,
+                           "units": TIME_UNITS if time else CONSISTENT_UNITS}
+    if time:
+        b = int(prices.bottleneck_stage[0])
+        res["bottleneck"] = {"stage": b, "seconds": float(prices.bottleneck_s[0]),
+                             "by_dimension": {d: float(v[0]) for d, v in prices.by_dimension.items()}}
+    return res
+
+
+def _print_consistent(res: dict[str, Any]) -> None:
+    time = res["cost"] == "time"
+    scale, unit = (1e3, "ms") if time else (2.0 ** -30, "GiB")
+    total = "total_s" if time else "total_bytes"
+    dims = list(res["stages"][0]["by_dimension"]) if res["stages"] else []
+    print(f"model {res['model']}  layout {res['layout']}  device {res['device']}  order {res['order']}")
+    print(f"{'stage':>5}  {'total ' + unit:>12}  " + "  ".join(f"{d.upper() + ' ' + unit:>12}" for d in dims))
+    for row in res["stages"]:
+        print(f"{row['stage']:>5}  {row[total] * scale:>12.4f}  "
+              + "  ".join(f"{row['by_dimension'][d] * scale:>12.4f}" for d in dims))
+    colls = [k for k in (res["stages"][0]["by_collective"] if res["stages"] else {})
+             if any(row["by_collective"][k] for row in res["stages"])]
+    if colls:
+        print()
+        print(f"{'stage':>5}  " + "  ".join(f"{k:>22}" for k in colls))
+        for row in res["stages"]:
+            print(f"{row['stage']:>5}  " + "  ".join(f"{row['by_collective'][k] * scale:>22.4f}" for k in colls))
+    if time:
+        b = res["bottleneck"]
+        print(f"bottleneck: stage {b['stage']}, {b['seconds'] * 1e3:.4f} ms of communication per step")
+    print(f"{unit}: {res['units']}.")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.cost == "time" or args.convention == "consistent":
+        if getattr(args, "memory", False):
+            raise ValueError("--memory: prints with the original convention only; drop --cost time / "
+                             "--convention consistent or --memory")
+        res = _consistent(args)
+        if args.json:
+            print(json_text({k: v for k, v in res.items() if k not in ("model", "layout", "device")}
+                            | {"model": res["model"], "layout": res["layout"], "device": res["device"]}))
+        else:
+            _print_consistent(res)
+        return 0
     res = stage_results(args)
     if args.json:
         out: dict[str, Any] = {"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[args.ttype]}
