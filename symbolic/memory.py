@@ -48,7 +48,9 @@ from .attention import head_width
 from .formula import Formula
 from .fsdp import Part
 from .params import AttentionParams
-from .symbols import syms
+from .sensitivity import derivative_expr
+from .symbols import SPECS, syms
+from .vocabulary import BODY_COUNT_NAMES, DEGREES
 
 __all__ = [
     "Recompute",
@@ -65,6 +67,7 @@ __all__ = [
     "output_activations",
     "in_flight",
     "stage_formulas",
+    "stage_slopes",
     "variants",
     "FORMULAS",
 ]
@@ -408,6 +411,47 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     )
 
 
+# ---------------------------------------------------------------- derivatives (sensitivity)
+
+
+@functools.cache
+def stage_slopes(variant: MemoryVariant) -> tuple[Formula, ...]:
+    """The derivatives of one stage's memory total in each degree of ``DEGREES`` (the nonzero ones).
+
+    ``memory_<key>_stage_total_bytes__d_<x>``: ∂total/∂x with every other symbol held — the
+    derived fields (``sp``, ``t_exp``, the shard sizes, ``zero_level``) and the stage's layer
+    counts — almost everywhere (``symbolic.sensitivity``: Max/Min/Piecewise by their active
+    branch), as ``symbolic.model.SLOPES`` are for the communication terms. ``d`` reaches the
+    total only through the shard sizes, so it has none. And
+    ``memory_<key>_stage_total_bytes__d_p_split``: the derivative in ``p`` with the stage's
+    body-layer counts relaxed as shares of an even split (each ∝ 1/p,
+    ``symbolic.sensitivity.split_derivative``), the slope of the peak stage as the pipeline
+    deepens. Dimension ``memory_slope``; compiled ahead of time, so run time stays SymPy-free.
+    """
+    total = stage_formulas(variant).total
+    out = []
+
+    def slope(name: str, expr: sympy.Expr, x: str, what: str, tag: str) -> Formula:
+        return Formula(name=f"{total.name}__{name}", expr=expr, dimension="memory_slope", algorithm=variant.key,
+                       unit="derivative",
+                       doc=f"{what} of {total.name}, in bytes per rank per {SPECS[x].unit} of {x} (almost "
+                           f"everywhere; Max/Min/Piecewise by their active branch): the sensitivity of one "
+                           f"stage's memory per rank.",
+                       source=f"{total.source}; differentiated by symbolic.sensitivity",
+                       variant=(*total.variant, ("wrt", tag)))
+
+    for x in DEGREES:
+        expr = derivative_expr(total.expr, x)
+        if expr != 0:
+            out.append(slope(f"d_{x}", expr, x, f"∂/∂{x} (derived fields and layer counts held)", x))
+    split = derivative_expr(total.expr, "p")
+    for name, count in zip(BODY_COUNT_NAMES, syms(*BODY_COUNT_NAMES)):
+        split += derivative_expr(total.expr, name) * (-count / p)
+    out.append(slope("d_p_split", split, "p", "d/dp with the stage's body-layer counts shares of an even split "
+                     f"({', '.join(BODY_COUNT_NAMES)} each ∝ 1/p)", "p_split"))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- registered formulas
 
 
@@ -469,6 +513,8 @@ def _build() -> tuple[Formula, ...]:
     ]
     for variant in variants():
         out += stage_formulas(variant).all()
+    for variant in variants():
+        out += stage_slopes(variant)
     return tuple(out)
 
 

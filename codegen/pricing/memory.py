@@ -22,6 +22,8 @@ Public API::
     stage_inputs(model, layout, settings, counts) -> dict
     evaluate_stages(key, values, outputs=...) -> dict[str, ndarray]
     stage_memory(model, layout, *, system, settings=DEFAULT_SETTINGS) -> dict
+    stage_totals(model, layout, settings=DEFAULT_SETTINGS) -> ndarray  (bytes per rank per stage)
+    stage_slopes(model, layout, degrees, settings=DEFAULT_SETTINGS, *, relax_p=True) -> dict[str, ndarray]
     MemoryPricer(model, *, system, settings=DEFAULT_SETTINGS).price_batch(batch, *, validated=False)
         -> MemoryPrices  (arrays of layouts, for searchers)
 """
@@ -47,7 +49,8 @@ from ..kernels import fused_available, fused_function
 from .stages import stage_counts
 
 __all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",
-           "variant_key", "call", "stage_inputs", "evaluate_stages", "stage_memory", "MemoryPricer", "MemoryPrices"]
+           "variant_key", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
+           "slope_name", "MemoryPricer", "MemoryPrices"]
 
 #: The parts of a stage's total, in the order they are printed; they add up to ``total``.
 #: ``recompute_workspace`` is what a recomputed layer holds again during its backward pass
@@ -191,7 +194,8 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
 
     Returns:
         ``{"variant": key, "units": "bytes", "capacity_bytes": C, "reserve_bytes": R,
-        "zero_level": z, "stages": [{"stage": i, "weights", "gradients", "optimizer",
+        "zero_level": z, "settings": {bytes_p, bytes_grad, bytes_optimizer, bytes_compute,
+        bytes_logits, flash_attention, dropout}, "stages": [{"stage": i, "weights", "gradients", "optimizer",
         "activations", "recompute_workspace", "total", "capacity", "headroom", "fits"}, …]}``;
         ``capacity`` is the GPU's HBM (``Gpu.hbm_bytes``), ``headroom = capacity − reserve −
         total`` and ``fits`` is ``headroom >= 0``.
@@ -217,10 +221,56 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
         row["headroom"] = float(finite(f"stage {i} headroom bytes", _headroom(capacity, settings, got["total"][i])))
         row["fits"] = bool(row["headroom"] >= 0)
         stages.append(row)
+    used = {name: float(getattr(settings, name)) for name in ("bytes_p", "bytes_grad", "bytes_optimizer",
+                                                               "bytes_compute", "bytes_logits", "flash_attention",
+                                                               "dropout")}
     return {"variant": key, "units": "bytes", "capacity_bytes": capacity, "reserve_bytes": float(settings.reserve_bytes),
-            "zero_level": int(values["zero_level"]), "stages": stages}
+            "zero_level": int(values["zero_level"]), "settings": used, "stages": stages}
 
 
+
+
+# ---------------------------------------------------------------- sensitivity
+
+
+def _values(model: ModelConfig, layout: Layout, settings: MemorySettings) -> dict[str, Any]:
+    counts = stage_counts(build_stages(model, layout), model.n_lay)
+    return stage_inputs(model, layout, settings, counts)
+
+
+def stage_totals(model: ModelConfig, layout: Layout, settings: MemorySettings = DEFAULT_SETTINGS) -> np.ndarray:
+    """Each stage's memory total per rank (bytes), shape ``(p,)``: :func:`stage_memory`'s totals, no GPU needed.
+
+    Raises:
+        LayoutError: when the layout does not fit the model.
+    """
+    return evaluate_stages(variant_key(model), _values(model, layout, settings), ("total",))["total"].copy()
+
+
+def slope_name(model: ModelConfig, degree: str, *, relax_p: bool = True) -> str:
+    """The generated derivative of the stage total in *degree* (``symbolic.memory.stage_slopes``); for ``p``
+    with *relax_p*, the one with the body-layer counts relaxed as shares of an even split (∝ 1/p)."""
+    suffix = "p_split" if degree == "p" and relax_p else degree
+    return f"memory_{variant_key(model)}_stage_total_bytes__d_{suffix}"
+
+
+def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
+                 settings: MemorySettings = DEFAULT_SETTINGS, *, relax_p: bool = True) -> dict[str, np.ndarray]:
+    """Per degree, each stage's ∂total/∂degree in bytes per rank per unit of the degree, shape ``(p,)``.
+
+    The generated derivatives (dimension ``memory_slope``) with every derived field and the
+    layer counts held (``p``: the counts relaxed, see :func:`slope_name`); a degree the total
+    does not read (``d``, whose effect is through the shard sizes; ``ep`` of a dense model) has
+    none and gets 0.
+    """
+    values = _values(model, layout, settings)
+    stages = np.shape(values["pp_rank"])
+    out = {}
+    for x in degrees:
+        name = slope_name(model, x, relax_p=relax_p)
+        out[x] = (np.broadcast_to(np.asarray(call(name, values), dtype=float), stages).copy()
+                  if name in generated.FORMULAS else np.zeros(stages))
+    return out
 
 
 # ---------------------------------------------------------------- arrays of layouts
