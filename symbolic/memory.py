@@ -132,9 +132,17 @@ def variants() -> tuple[MemoryVariant, ...]:
 # ---------------------------------------------------------------- model states
 
 
-def _sharded(slice_params: sympy.Expr | int, shards: sympy.Expr, from_level: int) -> sympy.Expr:
-    """A TP slice's *slice_params*, split over its ZeRO *shards* from ZeRO stage *from_level* on."""
-    return Piecewise((slice_params / shards, zero_level >= from_level), (slice_params, True))
+def _sharded(slice_params: sympy.Expr, shard_params: sympy.Expr, from_level: int) -> sympy.Expr:
+    """A rank's share of a part: its ZeRO shard *shard_params* from ZeRO stage *from_level* on, else
+    its TP slice *slice_params*."""
+    return Piecewise((shard_params, zero_level >= from_level), (slice_params, True))
+
+
+def _slice_and_shard(part: Part) -> tuple[sympy.Expr, sympy.Expr]:
+    """The TP slice ``w = N / max(1, c)`` and the ZeRO shard ``w / σ`` with ``σ = max(1, k / max(1, c))``,
+    written ``N / max(1, c, k)`` (the same number): a derivative in ``c`` with ``k`` held is then 0
+    where ``k`` is the larger, exactly, instead of two terms that cancel."""
+    return part.size / Max(1, part.computed), part.size / Max(1, part.computed, part.sharded)
 
 
 def part_states(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -146,23 +154,15 @@ def part_states(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     k = N_d this is ZeRO's (2 + 2 + K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2 + K)Ψ/N_d and
     (2 + 2 + K)Ψ/N_d.
     """
-    slice_params = part.size / Max(1, part.computed)
-    shards = Max(1, part.sharded / Max(1, part.computed))
-    return (bytes_p * _sharded(slice_params, shards, 3),
-            bytes_grad * _sharded(slice_params, shards, 2),
-            bytes_optimizer * _sharded(slice_params, shards, 1))
+    slice_params, shard_params = _slice_and_shard(part)
+    return (bytes_p * _sharded(slice_params, shard_params, 3),
+            bytes_grad * _sharded(slice_params, shard_params, 2),
+            bytes_optimizer * _sharded(slice_params, shard_params, 1))
 
 
 def part_model_states(part: Part) -> sympy.Expr:
-    """Weights, gradients and optimizer states of *part* in one sum, bytes: ``w·Σ bytes_x / σ^[stage ≥ L_x]``.
-
-    The sum of ``part_states``, written with the slice ``w`` once so that stage totals stay small
-    (the code generator's rewrites and CSE scale with the expression's size).
-    """
-    slice_params = part.size / Max(1, part.computed)
-    shards = Max(1, part.sharded / Max(1, part.computed))
-    return slice_params * (bytes_p * _sharded(1, shards, 3) + bytes_grad * _sharded(1, shards, 2)
-                           + bytes_optimizer * _sharded(1, shards, 1))
+    """Weights, gradients and optimizer states of *part* in one sum, bytes (the sum of ``part_states``)."""
+    return sympy.Add(*part_states(part))
 
 
 def layer_parts(variant: MemoryVariant) -> tuple[Part, Part, Part]:
