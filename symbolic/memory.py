@@ -444,9 +444,13 @@ def stage_slopes(variant: MemoryVariant) -> tuple[Formula, ...]:
         expr = derivative_expr(total.expr, x)
         if expr != 0:
             out.append(slope(f"d_{x}", expr, x, f"∂/∂{x} (derived fields and layer counts held)", x))
+    # The recompute workspace holds one layer whenever the stage recomputes any (Min(count, 1)): the
+    # relaxed shares leave it as it is (its count derivatives vanish at every whole count >= 1 and are
+    # multiplied by a zero count below 1), so only the rest of the total moves with the counts.
+    moving = total.expr - stage_formulas(variant).recompute_workspace.expr
     split = derivative_expr(total.expr, "p")
     for name, count in zip(BODY_COUNT_NAMES, syms(*BODY_COUNT_NAMES)):
-        split += derivative_expr(total.expr, name) * (-count / p)
+        split += derivative_expr(moving, name) * (-count / p)
     out.append(slope("d_p_split", split, "p", "d/dp with the stage's body-layer counts shares of an even split "
                      f"({', '.join(BODY_COUNT_NAMES)} each ∝ 1/p)", "p_split"))
     return tuple(out)
