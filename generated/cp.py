@@ -3368,22 +3368,22 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = 2*b*bytes_compute*s*xp.where(xp.equal(n_kv, 0), a, n_kv)*xp.where(xp.equal(dh, 0), h/a, dh)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-    call = _runtime.Call(
-        "cp_send_recv_stage_msg_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_send_recv_stage_msg_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
             # out = b*inv0/(cp*t)
             numpy.multiply(inv0, b, out=out)
@@ -3428,22 +3428,22 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s,
         (a, b, bytes_compute, cp, dh, h, m, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, m, n_kv, s, t))
         out = 6*b*bytes_compute*m*s*(cp - 1)*xp.where(xp.equal(n_kv, 0), a, n_kv)*xp.where(xp.equal(dh, 0), h/a, dh)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, m, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-    call = _runtime.Call(
-        "cp_send_recv_stage_step_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_send_recv_stage_step_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0 in call.blocks():
             # out = b*inv0*m*(cp - 1)/(cp*t)
             numpy.subtract(cp, 1.0, out=out)
@@ -3535,8 +3535,10 @@ def cp_send_recv_stage_time_s(*, a, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_r
         tmp5 = 0.92*tmp2
         out = m*(3*cp - 3)*xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, tmp1/xp.minimum(tmp4, tmp5), tmp1/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp4, tmp5))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, tmp1/xp.minimum(ll_max_bw_bytes_per_s, tmp3), tmp1/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp3))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, tmp1/(ring_channel_bw_bytes_per_s*ring_channels), tmp1/xp.minimum(nic_bw_bytes_per_s, tmp2))))
         return _runtime.broadcast(xp, out, (a, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -3544,15 +3546,13 @@ def cp_send_recv_stage_time_s(*, a, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_r
             (a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s) = _runtime.reals("cp_send_recv_stage_time_s", ("a", "bytes_compute", "dh", "h", "n_kv", "ring_channel_bw_bytes_per_s", "s"), (a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s))
             inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
             inv1 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "cp_send_recv_stage_time_s",
-        ("a", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "dh", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_kv", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "inv0", "inv1"),
-        (a, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_send_recv_stage_time_s",
+            ("a", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "dh", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_kv", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "inv0", "inv1"),
+            (a, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)

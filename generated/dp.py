@@ -1529,7 +1529,7 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 201 (SymPy count_ops of the CSE form below); NumPy calls per block: 198.
+    # ops: 203 (SymPy count_ops of the CSE form below); NumPy calls per block: 198.
     xp = _runtime.namespace((P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1574,33 +1574,37 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp39 = tmp27*tmp32/nodes
         out = (-zero2_non_exp - zero3_non_exp + 1)*xp.minimum(1, tmp0)*xp.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10, xp.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/xp.minimum(tmp16, tmp10*tmp17) + tmp18, xp.minimum(hop_nvlink_tree_ll_s*tmp2 + tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15, xp.minimum(tmp24/xp.minimum(tmp30, tmp9) + xp.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s + tmp26*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp27*xp.where(tmp28, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp5, xp.logical_and(xp.greater(d, 1), xp.greater(nvls, 0))), hop_nvlink_nvls_s + tmp23/((d*d)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp19, 2*nvls_efficiency*tmp0*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/d))), xp.inf), xp.minimum(tmp24/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s + tmp26*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp27*xp.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp24*xp.where(tmp5, tmp29, 1/tmp7) + xp.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s + tmp26*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp27*xp.where(tmp28, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1 + tmp29*tmp33, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp1 + tmp33/xp.minimum(tmp30, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp1 + tmp33/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + xp.minimum(tmp14 + tmp38/tmp37, xp.minimum(tmp15 + tmp38/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp37), xp.minimum(tmp18 + tmp38/xp.minimum(tmp16, tmp17*tmp37), xp.minimum(tmp39/xp.minimum(tmp30, tmp36) + xp.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp27), xp.minimum(tmp39/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp35) + xp.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27, alpha_ring_ll_s + hop_net_tree_ll_s*tmp27), tmp39*xp.where(tmp5, tmp29, 1/tmp34) + xp.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27, alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "dp_all_reduce_stage_time_s",
-        ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "dp_all_reduce_stage_time_s",
+            ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=36,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = d - 1 -> r0
             numpy.subtract(d, 1.0, out=r0)
             # tmp1 = ranks_per_node - 1 -> r1
@@ -1611,15 +1615,15 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp5 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp5 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
             # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = 0.92*tmp8 -> r8
             numpy.multiply(r7, 0.92, out=r8)
             # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
@@ -1643,7 +1647,7 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
             # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
             numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m0)
+            numpy.copyto(r16, 0.7777777777777778, where=m1)
             # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
             numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
             numpy.add(r17, alpha_tree_ll128_s, out=r17)
@@ -1664,8 +1668,8 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.subtract(r18, r22, out=r23)
             # tmp27 = tmp25 - 2 -> r18
             numpy.subtract(r22, 2.0, out=r18)
-            # tmp28 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp29 = inv1/ring_channels -> r22
             numpy.divide(inv1, ring_channels, out=r22)
             # tmp30 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
@@ -1679,7 +1683,7 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.minimum(r26, r4, out=r26)
             # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
             numpy.copyto(r5, r26)
-            numpy.copyto(r5, r4, where=m0)
+            numpy.copyto(r5, r4, where=m1)
             # tmp36 = 0.92*tmp35 -> r27
             numpy.multiply(r5, 0.92, out=r27)
             # tmp37 = numpy.minimum(tmp3, tmp36) -> r28
@@ -1697,16 +1701,16 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             #     numpy.minimum(tmp24/numpy.minimum(tmp30, tmp9) + numpy.where(tmp5,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s +
             #     inv2*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22,
-            #     alpha_ring_ll_s + inv4*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp5,
-            #     numpy.logical_and(numpy.greater(d, 1), numpy.greater(nvls, 0))), hop_nvlink_nvls_s
-            #     + tmp23/((d*d)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp5, numpy.greater(d, 1))), hop_nvlink_nvls_s +
+            #     tmp23/((d*d)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
             #     inv3*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/d))), numpy.inf),
+            #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s +
+            #     inv5*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp24*numpy.where(tmp5, tmp29, 1/tmp7) + numpy.where(tmp5,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s +
-            #     inv5*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
+            #     inv6*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp1 + tmp29*tmp33, numpy.minimum(alpha_ring_ll128_s +
@@ -1747,38 +1751,22 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.minimum(r25, r30, out=r25)
             numpy.minimum(r24, r8, out=r30)
             numpy.divide(r21, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r23, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r18, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r25, r30, out=r25)
-            numpy.multiply(r7, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r21, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv4, r23, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r18, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(d, 1.0, out=m2)
-            numpy.greater(nvls, 0.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.greater(d, 1.0, out=m3)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(d, d, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r32)
             numpy.multiply(r32, inv3, out=r32)
@@ -1789,27 +1777,42 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r20, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r25, r30, out=r25)
+            numpy.multiply(r7, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r21, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv5, r23, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r18, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.divide(1.0, r6, out=r30)
-            numpy.copyto(r30, r22, where=m0)
+            numpy.copyto(r30, r22, where=m1)
             numpy.multiply(r30, r21, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r23, out=r31)
+            if not m1.all():
+                numpy.multiply(inv6, r23, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r18, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r22, r10, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -1847,7 +1850,7 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r5, 0.5, out=r33)
@@ -1857,21 +1860,21 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r22, where=m0)
+            numpy.copyto(r33, r22, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r18, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r25, r30, out=r25)
             numpy.multiply(out, r25, out=out)
     return call.out
@@ -2130,7 +2133,7 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 141 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
+    # ops: 143 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
     xp = _runtime.namespace((P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2158,29 +2161,33 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
         tmp21 = xp.where(tmp4, tmp5, tmp19)
         out = (zero2_non_exp + zero3_non_exp)*xp.minimum(1, tmp0)*xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(d, 1), xp.greater(nvls, 0))), hop_nvlink_nvls_s + tmp3/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(d*d))), xp.inf), xp.minimum(tmp9/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp9/xp.minimum(tmp14, 0.92*tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(tmp9*xp.where(tmp4, tmp13, 1/tmp7) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp20/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11), xp.minimum(tmp20/xp.minimum(tmp14, 0.92*tmp21) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp20*xp.where(tmp4, tmp13, 1/tmp19) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 + tmp13*tmp18, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 + tmp18/xp.minimum(tmp14, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 + tmp18/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)))))
         return _runtime.broadcast(xp, out, (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "dp_reduce_scatter_stage_time_s",
-        ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-        (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "dp_reduce_scatter_stage_time_s",
+            ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv2", "inv3", "inv4"),
+            (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = d - 1 -> r0
             numpy.subtract(d, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -2192,8 +2199,8 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.divide(r2, t, out=r2)
             # tmp3 = tmp2/d -> r3
             numpy.divide(r2, d, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
@@ -2202,15 +2209,15 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = tmp0*tmp3 -> r8
             numpy.multiply(r0, r3, out=r8)
             # tmp10 = d - nodes -> r9
             numpy.subtract(d, nodes, out=r9)
             # tmp11 = nodes - 1 -> r10
             numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp13 = inv0/ring_channels -> r11
             numpy.divide(inv0, ring_channels, out=r11)
             # tmp14 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r12
@@ -2229,21 +2236,21 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.divide(r5, nodes, out=r5)
             # tmp21 = numpy.where(tmp4, tmp5, tmp19) -> r14
             numpy.copyto(r14, r15)
-            numpy.copyto(r14, r4, where=m0)
+            numpy.copyto(r14, r4, where=m1)
             # out = (zero2_non_exp + zero3_non_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(d, 1), numpy.greater(nvls, 0))), hop_nvlink_nvls_s
-            #     + tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(d, 1))), hop_nvlink_nvls_s +
+            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(d*d))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv1*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
+            #     alpha_ring_ll_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
             #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp14, 0.92*tmp8) +
             #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
+            #     alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
             #     hop_net_ring_ll128_s)), numpy.minimum(tmp9*numpy.where(tmp4, tmp13, 1/tmp7) +
             #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp20/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) +
@@ -2262,10 +2269,9 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.minimum(1.0, r0, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(d, 1.0, out=m2)
-            numpy.greater(nvls, 0.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.greater(d, 1.0, out=m3)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -2276,56 +2282,56 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r3, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r7, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv1, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv2, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r7, 0.92, out=r17)
             numpy.minimum(r17, r12, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv2, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv3, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r6, out=r17)
-            numpy.copyto(r17, r11, where=m0)
+            numpy.copyto(r17, r11, where=m1)
             numpy.multiply(r17, r8, out=r17)
-            if not m0.all():
-                numpy.multiply(inv3, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv4, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r14, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r5, r18, out=r18)
@@ -2333,7 +2339,7 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r14, 0.92, out=r19)
             numpy.minimum(r19, r12, out=r19)
@@ -2342,17 +2348,17 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r19, r5, out=r19)
             numpy.multiply(r10, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r11, r2, out=r19)
@@ -2374,7 +2380,7 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(out, r16, out=out)
     return call.out
@@ -2640,7 +2646,7 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 143 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
+    # ops: 145 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
     xp = _runtime.namespace((P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2668,29 +2674,33 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp21 = xp.where(tmp4, tmp5, tmp19)
         out = (2*m*zero3_non_exp + zero2_non_exp)*xp.minimum(1, tmp0)*xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(d, 1), xp.greater(nvls, 0))), hop_nvlink_nvls_s + tmp3/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(d*d))), xp.inf), xp.minimum(tmp9/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp9/xp.minimum(tmp14, 0.92*tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(tmp9*xp.where(tmp4, tmp13, 1/tmp7) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp20/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11), xp.minimum(tmp20/xp.minimum(tmp14, 0.92*tmp21) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp20*xp.where(tmp4, tmp13, 1/tmp19) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 + tmp13*tmp18, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 + tmp18/xp.minimum(tmp14, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 + tmp18/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)))))
         return _runtime.broadcast(xp, out, (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "dp_all_gather_stage_time_s",
-        ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-        (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "dp_all_gather_stage_time_s",
+            ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv2", "inv3", "inv4"),
+            (P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = d - 1 -> r0
             numpy.subtract(d, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -2702,8 +2712,8 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.divide(r2, t, out=r2)
             # tmp3 = tmp2/d -> r3
             numpy.divide(r2, d, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
@@ -2712,15 +2722,15 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = tmp0*tmp3 -> r8
             numpy.multiply(r0, r3, out=r8)
             # tmp10 = d - nodes -> r9
             numpy.subtract(d, nodes, out=r9)
             # tmp11 = nodes - 1 -> r10
             numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp13 = inv0/ring_channels -> r11
             numpy.divide(inv0, ring_channels, out=r11)
             # tmp14 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r12
@@ -2739,21 +2749,21 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.divide(r5, nodes, out=r5)
             # tmp21 = numpy.where(tmp4, tmp5, tmp19) -> r14
             numpy.copyto(r14, r15)
-            numpy.copyto(r14, r4, where=m0)
+            numpy.copyto(r14, r4, where=m1)
             # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(d, 1), numpy.greater(nvls, 0))), hop_nvlink_nvls_s
-            #     + tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(d, 1))), hop_nvlink_nvls_s +
+            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(d*d))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv1*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
+            #     alpha_ring_ll_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
             #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp14, 0.92*tmp8) +
             #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
+            #     alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
             #     hop_net_ring_ll128_s)), numpy.minimum(tmp9*numpy.where(tmp4, tmp13, 1/tmp7) +
             #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp20/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) +
@@ -2774,10 +2784,9 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.minimum(1.0, r0, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(d, 1.0, out=m2)
-            numpy.greater(nvls, 0.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.greater(d, 1.0, out=m3)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -2788,56 +2797,56 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r3, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r7, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv1, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv2, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r7, 0.92, out=r17)
             numpy.minimum(r17, r12, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv2, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv3, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r6, out=r17)
-            numpy.copyto(r17, r11, where=m0)
+            numpy.copyto(r17, r11, where=m1)
             numpy.multiply(r17, r8, out=r17)
-            if not m0.all():
-                numpy.multiply(inv3, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv4, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r14, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r5, r18, out=r18)
@@ -2845,7 +2854,7 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r14, 0.92, out=r19)
             numpy.minimum(r19, r12, out=r19)
@@ -2854,17 +2863,17 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r19, r5, out=r19)
             numpy.multiply(r10, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r11, r2, out=r19)
@@ -2886,7 +2895,7 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(out, r16, out=out)
     return call.out
@@ -3206,7 +3215,7 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 202 (SymPy count_ops of the CSE form below); NumPy calls per block: 199.
+    # ops: 204 (SymPy count_ops of the CSE form below); NumPy calls per block: 199.
     xp = _runtime.namespace((P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3251,33 +3260,37 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
         tmp39 = tmp27*tmp32/nodes
         out = (-zero2_exp - zero3_exp + 1)*xp.minimum(1, tmp0)*xp.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10, xp.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/xp.minimum(tmp16, tmp10*tmp17) + tmp18, xp.minimum(hop_nvlink_tree_ll_s*tmp2 + tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15, xp.minimum(tmp24/xp.minimum(tmp30, tmp9) + xp.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s + tmp26*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp27*xp.where(tmp28, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp5, xp.logical_and(xp.greater(d_exp, 1), xp.greater(nvls, 0))), hop_nvlink_nvls_s + tmp23/((d_exp*d_exp)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp19, 2*nvls_efficiency*tmp0*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/d_exp))), xp.inf), xp.minimum(tmp24/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s + tmp26*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp27*xp.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp24*xp.where(tmp5, tmp29, 1/tmp7) + xp.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s + tmp26*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp27*xp.where(tmp28, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1 + tmp29*tmp33, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp1 + tmp33/xp.minimum(tmp30, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp1 + tmp33/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + xp.minimum(tmp14 + tmp38/tmp37, xp.minimum(tmp15 + tmp38/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp37), xp.minimum(tmp18 + tmp38/xp.minimum(tmp16, tmp17*tmp37), xp.minimum(tmp39/xp.minimum(tmp30, tmp36) + xp.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp27), xp.minimum(tmp39/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp35) + xp.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27, alpha_ring_ll_s + hop_net_tree_ll_s*tmp27), tmp39*xp.where(tmp5, tmp29, 1/tmp34) + xp.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27, alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "dp_expert_all_reduce_stage_time_s",
-        ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "dp_expert_all_reduce_stage_time_s",
+            ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=36,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = d_exp - 1 -> r0
             numpy.subtract(d_exp, 1.0, out=r0)
             # tmp1 = ranks_per_node - 1 -> r1
@@ -3288,15 +3301,15 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp5 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp5 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
             # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = 0.92*tmp8 -> r8
             numpy.multiply(r7, 0.92, out=r8)
             # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
@@ -3321,7 +3334,7 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
             # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
             numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m0)
+            numpy.copyto(r16, 0.7777777777777778, where=m1)
             # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
             numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
             numpy.add(r17, alpha_tree_ll128_s, out=r17)
@@ -3342,8 +3355,8 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.subtract(r18, r22, out=r23)
             # tmp27 = tmp25 - 2 -> r18
             numpy.subtract(r22, 2.0, out=r18)
-            # tmp28 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp29 = inv1/ring_channels -> r22
             numpy.divide(inv1, ring_channels, out=r22)
             # tmp30 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
@@ -3357,7 +3370,7 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.minimum(r26, r4, out=r26)
             # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
             numpy.copyto(r5, r26)
-            numpy.copyto(r5, r4, where=m0)
+            numpy.copyto(r5, r4, where=m1)
             # tmp36 = 0.92*tmp35 -> r27
             numpy.multiply(r5, 0.92, out=r27)
             # tmp37 = numpy.minimum(tmp3, tmp36) -> r28
@@ -3375,17 +3388,17 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             #     numpy.minimum(tmp24/numpy.minimum(tmp30, tmp9) + numpy.where(tmp5,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s +
             #     inv2*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22,
-            #     alpha_ring_ll_s + inv4*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp5,
-            #     numpy.logical_and(numpy.greater(d_exp, 1), numpy.greater(nvls, 0))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp5, numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
             #     tmp23/((d_exp*d_exp)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp19, inv3*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp19)/d_exp))), numpy.inf), numpy.minimum(tmp24*numpy.where(tmp5, tmp29, 1/tmp7)
-            #     + numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22,
-            #     alpha_ring_simple_s + inv5*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
+            #     tmp19)/d_exp))), numpy.inf),
+            #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s +
+            #     inv5*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp24*numpy.where(tmp5, tmp29, 1/tmp7) + numpy.where(tmp5,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s +
+            #     inv6*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp1 + tmp29*tmp33, numpy.minimum(alpha_ring_ll128_s +
@@ -3426,38 +3439,22 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.minimum(r25, r30, out=r25)
             numpy.minimum(r24, r8, out=r30)
             numpy.divide(r21, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r23, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r18, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r25, r30, out=r25)
-            numpy.multiply(r7, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r21, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv4, r23, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r18, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(d_exp, 1.0, out=m2)
-            numpy.greater(nvls, 0.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.greater(d_exp, 1.0, out=m3)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(d_exp, d_exp, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r32)
             numpy.multiply(r32, inv3, out=r32)
@@ -3468,27 +3465,42 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r20, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r25, r30, out=r25)
+            numpy.multiply(r7, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r21, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv5, r23, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r18, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.divide(1.0, r6, out=r30)
-            numpy.copyto(r30, r22, where=m0)
+            numpy.copyto(r30, r22, where=m1)
             numpy.multiply(r30, r21, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r23, out=r31)
+            if not m1.all():
+                numpy.multiply(inv6, r23, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r18, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r22, r10, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -3526,7 +3538,7 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r5, 0.5, out=r33)
@@ -3536,21 +3548,21 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r22, where=m0)
+            numpy.copyto(r33, r22, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r18, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r25, r30, out=r25)
             numpy.multiply(out, r25, out=out)
     return call.out
@@ -3819,7 +3831,7 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 142 (SymPy count_ops of the CSE form below); NumPy calls per block: 145.
+    # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 145.
     xp = _runtime.namespace((P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3847,29 +3859,33 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
         tmp21 = xp.where(tmp4, tmp8, tmp19)
         out = (zero2_exp + zero3_exp)*xp.minimum(1, tmp0)*xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(d_exp, 1), xp.greater(nvls, 0))), hop_nvlink_nvls_s + tmp3/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(d_exp*d_exp))), xp.inf), xp.minimum(tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp5*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp6*xp.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp12/xp.minimum(tmp14, 0.92*tmp11) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp5*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp6*xp.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(tmp12*xp.where(tmp4, tmp13, 1/tmp10) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp5*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp6*xp.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp20/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp6, alpha_ring_ll_s + hop_net_tree_ll_s*tmp6), xp.minimum(tmp20/xp.minimum(tmp14, 0.92*tmp21) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp6, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp6), tmp20*xp.where(tmp4, tmp13, 1/tmp19) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp6, alpha_ring_simple_s + hop_net_tree_simple_s*tmp6))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 + tmp13*tmp18, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 + tmp18/xp.minimum(tmp14, 0.92*tmp8), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 + tmp18/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8))), xp.inf)))))
         return _runtime.broadcast(xp, out, (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "dp_expert_reduce_scatter_stage_time_s",
-        ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2", "inv3"),
-        (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "dp_expert_reduce_scatter_stage_time_s",
+            ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv2", "inv3", "inv4"),
+            (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = d_exp - 1 -> r0
             numpy.subtract(d_exp, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3882,14 +3898,14 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.divide(r2, r3, out=r2)
             # tmp3 = tmp2/d_exp -> r3
             numpy.divide(r2, d_exp, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = d_exp - nodes -> r4
             numpy.subtract(d_exp, nodes, out=r4)
             # tmp6 = nodes - 1 -> r5
             numpy.subtract(nodes, 1.0, out=r5)
-            # tmp7 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp7 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp8 = ring_channel_bw_bytes_per_s*ring_channels -> r6
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r6)
             # tmp9 = nic_bw_bytes_per_s*nics_used -> r7
@@ -3898,7 +3914,7 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.minimum(r6, r7, out=r8)
             # tmp11 = numpy.where(tmp4, tmp8, tmp10) -> r9
             numpy.copyto(r9, r8)
-            numpy.copyto(r9, r6, where=m0)
+            numpy.copyto(r9, r6, where=m1)
             # tmp12 = tmp0*tmp3 -> r10
             numpy.multiply(r0, r3, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -3919,23 +3935,22 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.divide(r7, nodes, out=r7)
             # tmp21 = numpy.where(tmp4, tmp8, tmp19) -> r14
             numpy.copyto(r14, r15)
-            numpy.copyto(r14, r6, where=m0)
+            numpy.copyto(r14, r6, where=m1)
             # out = (zero2_exp + zero3_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(d_exp, 1), numpy.greater(nvls, 0))),
-            #     hop_nvlink_nvls_s + tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
+            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(d_exp*d_exp))), numpy.inf),
             #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
             #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp12/numpy.minimum(tmp14, 0.92*tmp11) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp5
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp5
             #     + tmp6*numpy.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp12*numpy.where(tmp4, tmp13, 1/tmp10) + numpy.where(tmp4,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)),
+            #     inv4*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)),
             #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp20/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) +
@@ -3954,10 +3969,9 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.minimum(1.0, r0, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(d_exp, 1.0, out=m2)
-            numpy.greater(nvls, 0.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.greater(d_exp, 1.0, out=m3)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -3968,56 +3982,56 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r3, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r9, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r10, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv1, r4, out=r18)
+            if not m1.all():
+                numpy.multiply(inv2, r4, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r5, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r9, 0.92, out=r17)
             numpy.minimum(r17, r12, out=r17)
             numpy.divide(r10, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv2, r4, out=r18)
+            if not m1.all():
+                numpy.multiply(inv3, r4, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r5, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r8, out=r17)
-            numpy.copyto(r17, r11, where=m0)
+            numpy.copyto(r17, r11, where=m1)
             numpy.multiply(r17, r10, out=r17)
-            if not m0.all():
-                numpy.multiply(inv3, r4, out=r18)
+            if not m1.all():
+                numpy.multiply(inv4, r4, out=r18)
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r5, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r14, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r7, r18, out=r18)
@@ -4025,7 +4039,7 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r5, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r14, 0.92, out=r19)
             numpy.minimum(r19, r12, out=r19)
@@ -4034,17 +4048,17 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r5, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r19, r7, out=r19)
             numpy.multiply(r5, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r5, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r11, r2, out=r19)
@@ -4066,7 +4080,7 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(out, r16, out=out)
     return call.out
@@ -4341,7 +4355,7 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 147.
+    # ops: 146 (SymPy count_ops of the CSE form below); NumPy calls per block: 147.
     xp = _runtime.namespace((P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4369,29 +4383,33 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
         tmp21 = xp.where(tmp4, tmp8, tmp19)
         out = (2*m*zero3_exp + zero2_exp)*xp.minimum(1, tmp0)*xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(d_exp, 1), xp.greater(nvls, 0))), hop_nvlink_nvls_s + tmp3/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(d_exp*d_exp))), xp.inf), xp.minimum(tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp5*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp6*xp.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp12/xp.minimum(tmp14, 0.92*tmp11) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp5*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp6*xp.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(tmp12*xp.where(tmp4, tmp13, 1/tmp10) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp5*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp6*xp.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp20/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp6, alpha_ring_ll_s + hop_net_tree_ll_s*tmp6), xp.minimum(tmp20/xp.minimum(tmp14, 0.92*tmp21) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp6, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp6), tmp20*xp.where(tmp4, tmp13, 1/tmp19) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp6, alpha_ring_simple_s + hop_net_tree_simple_s*tmp6))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 + tmp13*tmp18, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 + tmp18/xp.minimum(tmp14, 0.92*tmp8), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 + tmp18/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8))), xp.inf)))))
         return _runtime.broadcast(xp, out, (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "dp_expert_all_gather_stage_time_s",
-        ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2", "inv3"),
-        (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "dp_expert_all_gather_stage_time_s",
+            ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv2", "inv3", "inv4"),
+            (P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = d_exp - 1 -> r0
             numpy.subtract(d_exp, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -4404,14 +4422,14 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.divide(r2, r3, out=r2)
             # tmp3 = tmp2/d_exp -> r3
             numpy.divide(r2, d_exp, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = d_exp - nodes -> r4
             numpy.subtract(d_exp, nodes, out=r4)
             # tmp6 = nodes - 1 -> r5
             numpy.subtract(nodes, 1.0, out=r5)
-            # tmp7 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp7 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp8 = ring_channel_bw_bytes_per_s*ring_channels -> r6
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r6)
             # tmp9 = nic_bw_bytes_per_s*nics_used -> r7
@@ -4420,7 +4438,7 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.minimum(r6, r7, out=r8)
             # tmp11 = numpy.where(tmp4, tmp8, tmp10) -> r9
             numpy.copyto(r9, r8)
-            numpy.copyto(r9, r6, where=m0)
+            numpy.copyto(r9, r6, where=m1)
             # tmp12 = tmp0*tmp3 -> r10
             numpy.multiply(r0, r3, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -4441,23 +4459,22 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.divide(r7, nodes, out=r7)
             # tmp21 = numpy.where(tmp4, tmp8, tmp19) -> r14
             numpy.copyto(r14, r15)
-            numpy.copyto(r14, r6, where=m0)
+            numpy.copyto(r14, r6, where=m1)
             # out = (2*m*zero3_exp + zero2_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(d_exp, 1), numpy.greater(nvls, 0))),
-            #     hop_nvlink_nvls_s + tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
+            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(d_exp*d_exp))), numpy.inf),
             #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
             #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp12/numpy.minimum(tmp14, 0.92*tmp11) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp5
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp5
             #     + tmp6*numpy.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp12*numpy.where(tmp4, tmp13, 1/tmp10) + numpy.where(tmp4,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)),
+            #     inv4*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)),
             #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp20/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) +
@@ -4478,10 +4495,9 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.minimum(1.0, r0, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(d_exp, 1.0, out=m2)
-            numpy.greater(nvls, 0.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.greater(d_exp, 1.0, out=m3)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -4492,56 +4508,56 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r3, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r9, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r10, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv1, r4, out=r18)
+            if not m1.all():
+                numpy.multiply(inv2, r4, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r5, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r9, 0.92, out=r17)
             numpy.minimum(r17, r12, out=r17)
             numpy.divide(r10, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv2, r4, out=r18)
+            if not m1.all():
+                numpy.multiply(inv3, r4, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r5, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r8, out=r17)
-            numpy.copyto(r17, r11, where=m0)
+            numpy.copyto(r17, r11, where=m1)
             numpy.multiply(r17, r10, out=r17)
-            if not m0.all():
-                numpy.multiply(inv3, r4, out=r18)
+            if not m1.all():
+                numpy.multiply(inv4, r4, out=r18)
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r5, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r14, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r7, r18, out=r18)
@@ -4549,7 +4565,7 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r5, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r14, 0.92, out=r19)
             numpy.minimum(r19, r12, out=r19)
@@ -4558,17 +4574,17 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r5, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r19, r7, out=r19)
             numpy.multiply(r5, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r5, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r11, r2, out=r19)
@@ -4590,7 +4606,7 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(out, r16, out=out)
     return call.out

@@ -631,8 +631,10 @@ def ep_all_to_all_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = 4*m*xp.minimum(1, ep - 1)*xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -642,15 +644,13 @@ def ep_all_to_all_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "ep_all_to_all_stage_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cap_fact", "cp", "ep", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_chosen_exp", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "inv0", "inv1", "inv2"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1, inv2),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "ep_all_to_all_stage_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cap_fact", "cp", "ep", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_chosen_exp", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "inv0", "inv1", "inv2"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1, inv2),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1, inv2 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)

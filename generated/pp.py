@@ -403,8 +403,10 @@ def pp_send_recv_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring
         tmp5 = 0.92*tmp2
         out = 2*m*vp*xp.minimum(1, p - 1)*xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, tmp1/xp.minimum(tmp4, tmp5), tmp1/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp4, tmp5))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, tmp1/xp.minimum(ll_max_bw_bytes_per_s, tmp3), tmp1/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp3))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, tmp1/(ring_channel_bw_bytes_per_s*ring_channels), tmp1/xp.minimum(nic_bw_bytes_per_s, tmp2))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = bytes_compute*h*s
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -412,15 +414,13 @@ def pp_send_recv_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring
             (bytes_compute, h, ring_channel_bw_bytes_per_s, s) = _runtime.reals("pp_send_recv_stage_time_s", ("bytes_compute", "h", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, ring_channel_bw_bytes_per_s, s))
             inv0 = bytes_compute*h*s
             inv1 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "pp_send_recv_stage_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "nic_bw_bytes_per_s", "nodes", "p", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "vp", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "pp_send_recv_stage_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "nic_bw_bytes_per_s", "nodes", "p", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "vp", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)

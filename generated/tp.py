@@ -1000,7 +1000,7 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 145 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
+    # ops: 147 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1028,31 +1028,35 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
         tmp21 = xp.where(tmp4, tmp5, tmp19)
         out = 4*m*xp.minimum(1, tmp0)*xp.minimum(1, sp - 1)*xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(t, 1))), hop_nvlink_nvls_s + tmp3/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(t*t))), xp.inf), xp.minimum(tmp9/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp9/xp.minimum(tmp14, 0.92*tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(tmp9*xp.where(tmp4, tmp13, 1/tmp7) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp20/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11), xp.minimum(tmp20/xp.minimum(tmp14, 0.92*tmp21) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp20*xp.where(tmp4, tmp13, 1/tmp19) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 + tmp13*tmp18, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 + tmp18/xp.minimum(tmp14, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 + tmp18/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = bytes_compute*h*s
             inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv2 = numpy.greater(nvls, 0)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_gather_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s, s))
+            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_gather_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s))
             inv0 = bytes_compute*h*s
             inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "tp_all_gather_stage_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
+            inv2 = numpy.greater(nvls, 0)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "tp_all_gather_stage_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "inv0", "inv1", "inv3", "inv4", "inv5"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5 in call.blocks():
+            # inv2_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = t - 1 -> r0
             numpy.subtract(t, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -1063,8 +1067,8 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.divide(r2, cp, out=r2)
             # tmp3 = tmp2/t -> r3
             numpy.divide(r2, t, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
@@ -1073,15 +1077,15 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = tmp0*tmp3 -> r8
             numpy.multiply(r0, r3, out=r8)
             # tmp10 = -nodes + t -> r9
             numpy.subtract(t, nodes, out=r9)
             # tmp11 = nodes - 1 -> r10
             numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp13 = inv1/ring_channels -> r11
             numpy.divide(inv1, ring_channels, out=r11)
             # tmp14 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r12
@@ -1100,21 +1104,21 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.divide(r5, nodes, out=r5)
             # tmp21 = numpy.where(tmp4, tmp5, tmp19) -> r14
             numpy.copyto(r14, r15)
-            numpy.copyto(r14, r4, where=m0)
+            numpy.copyto(r14, r4, where=m1)
             # out = 4*m*numpy.minimum(1, tmp0)*numpy.minimum(1, sp -
-            #     1)*numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(t, 1))), hop_nvlink_nvls_s
-            #     + tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+            #     1)*numpy.minimum(numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(tmp4,
+            #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
+            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(t*t))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
+            #     alpha_ring_ll_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
             #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp14, 0.92*tmp8) +
             #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
+            #     alpha_ring_ll128_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
             #     hop_net_ring_ll128_s)), numpy.minimum(tmp9*numpy.where(tmp4, tmp13, 1/tmp7) +
             #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv5*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp20/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) +
@@ -1134,10 +1138,9 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.minimum(r16, 1.0, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(t, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -1148,56 +1151,56 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r3, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r7, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv2, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv3, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r7, 0.92, out=r17)
             numpy.minimum(r17, r12, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv3, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv4, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r6, out=r17)
-            numpy.copyto(r17, r11, where=m0)
+            numpy.copyto(r17, r11, where=m1)
             numpy.multiply(r17, r8, out=r17)
-            if not m0.all():
-                numpy.multiply(inv4, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv5, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r14, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r5, r18, out=r18)
@@ -1205,7 +1208,7 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r14, 0.92, out=r19)
             numpy.minimum(r19, r12, out=r19)
@@ -1214,17 +1217,17 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r19, r5, out=r19)
             numpy.multiply(r10, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r11, r2, out=r19)
@@ -1246,7 +1249,7 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.multiply(out, m, out=out)
@@ -1523,7 +1526,7 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 145 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
+    # ops: 147 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1551,31 +1554,35 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
         tmp21 = xp.where(tmp4, tmp5, tmp19)
         out = 4*m*xp.minimum(1, tmp0)*xp.minimum(1, sp - 1)*xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(t, 1))), hop_nvlink_nvls_s + tmp3/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(t*t))), xp.inf), xp.minimum(tmp9/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp9/xp.minimum(tmp14, 0.92*tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(tmp9*xp.where(tmp4, tmp13, 1/tmp7) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp11*xp.where(tmp12, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp20/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11), xp.minimum(tmp20/xp.minimum(tmp14, 0.92*tmp21) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp20*xp.where(tmp4, tmp13, 1/tmp19) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 + tmp13*tmp18, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 + tmp18/xp.minimum(tmp14, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 + tmp18/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = bytes_compute*h*s
             inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv2 = numpy.greater(nvls, 0)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_reduce_scatter_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s, s))
+            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_reduce_scatter_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s))
             inv0 = bytes_compute*h*s
             inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "tp_reduce_scatter_stage_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
+            inv2 = numpy.greater(nvls, 0)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "tp_reduce_scatter_stage_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "inv0", "inv1", "inv3", "inv4", "inv5"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5 in call.blocks():
+            # inv2_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = t - 1 -> r0
             numpy.subtract(t, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -1586,8 +1593,8 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.divide(r2, cp, out=r2)
             # tmp3 = tmp2/t -> r3
             numpy.divide(r2, t, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
@@ -1596,15 +1603,15 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = tmp0*tmp3 -> r8
             numpy.multiply(r0, r3, out=r8)
             # tmp10 = -nodes + t -> r9
             numpy.subtract(t, nodes, out=r9)
             # tmp11 = nodes - 1 -> r10
             numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp13 = inv1/ring_channels -> r11
             numpy.divide(inv1, ring_channels, out=r11)
             # tmp14 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r12
@@ -1623,21 +1630,21 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.divide(r5, nodes, out=r5)
             # tmp21 = numpy.where(tmp4, tmp5, tmp19) -> r14
             numpy.copyto(r14, r15)
-            numpy.copyto(r14, r4, where=m0)
+            numpy.copyto(r14, r4, where=m1)
             # out = 4*m*numpy.minimum(1, tmp0)*numpy.minimum(1, sp -
-            #     1)*numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(t, 1))), hop_nvlink_nvls_s
-            #     + tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+            #     1)*numpy.minimum(numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(tmp4,
+            #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
+            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(t*t))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
+            #     alpha_ring_ll_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
             #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp14, 0.92*tmp8) +
             #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
+            #     alpha_ring_ll128_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
             #     hop_net_ring_ll128_s)), numpy.minimum(tmp9*numpy.where(tmp4, tmp13, 1/tmp7) +
             #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv5*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp20/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp21) +
@@ -1657,10 +1664,9 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.minimum(r16, 1.0, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(t, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -1671,56 +1677,56 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r3, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r7, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv2, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv3, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r7, 0.92, out=r17)
             numpy.minimum(r17, r12, out=r17)
             numpy.divide(r8, r17, out=r17)
-            if not m0.all():
-                numpy.multiply(inv3, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv4, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r6, out=r17)
-            numpy.copyto(r17, r11, where=m0)
+            numpy.copyto(r17, r11, where=m1)
             numpy.multiply(r17, r8, out=r17)
-            if not m0.all():
-                numpy.multiply(inv4, r9, out=r18)
+            if not m1.all():
+                numpy.multiply(inv5, r9, out=r18)
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r10, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r14, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r5, r18, out=r18)
@@ -1728,7 +1734,7 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r14, 0.92, out=r19)
             numpy.minimum(r19, r12, out=r19)
@@ -1737,17 +1743,17 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r19, r5, out=r19)
             numpy.multiply(r10, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r11, r2, out=r19)
@@ -1769,7 +1775,7 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(out, r16, out=out)
             numpy.multiply(out, m, out=out)
@@ -2089,7 +2095,7 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 206 (SymPy count_ops of the CSE form below); NumPy calls per block: 201.
+    # ops: 208 (SymPy count_ops of the CSE form below); NumPy calls per block: 201.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2133,35 +2139,39 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
         tmp38 = tmp26*tmp31/nodes
         out = 4*m*(1 - xp.minimum(1, sp - 1))*xp.minimum(1, tmp0)*xp.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10, xp.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/xp.minimum(tmp16, tmp10*tmp17) + tmp18, xp.minimum(hop_nvlink_tree_ll_s*tmp2 + tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15, xp.minimum(tmp23/xp.minimum(tmp29, tmp9) + xp.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + tmp25*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp5, xp.logical_and(xp.greater(nvls, 0), xp.greater(t, 1))), hop_nvlink_nvls_s + tmp22/((t*t)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp19, 2*nvls_efficiency*tmp0*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/t))), xp.inf), xp.minimum(tmp23/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + xp.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + tmp25*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp23*xp.where(tmp5, tmp28, 1/tmp7) + xp.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s + tmp25*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1 + tmp28*tmp32, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp1 + tmp32/xp.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp1 + tmp32/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + xp.minimum(tmp14 + tmp37/tmp36, xp.minimum(tmp15 + tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp36), xp.minimum(tmp18 + tmp37/xp.minimum(tmp16, tmp17*tmp36), xp.minimum(tmp38/xp.minimum(tmp29, tmp35) + xp.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26), xp.minimum(tmp38/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + xp.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26), tmp38*xp.where(tmp5, tmp28, 1/tmp33) + xp.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = bytes_compute*h*s
             inv1 = 2/numpy.log(2)
             inv2 = 1/ring_channel_bw_bytes_per_s
             inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv4 = 2*nvls_efficiency
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv5 = numpy.greater(nvls, 0)
+            inv6 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv7 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_reduce_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s, s))
+            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_reduce_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s))
             inv0 = bytes_compute*h*s
             inv1 = 2/numpy.log(2)
             inv2 = 1/ring_channel_bw_bytes_per_s
             inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv4 = 2*nvls_efficiency
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "tp_all_reduce_stage_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
+            inv5 = numpy.greater(nvls, 0)
+            inv6 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv7 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "tp_all_reduce_stage_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv6", "inv7"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv6, inv7),
+            reals=36,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv6, inv7 in call.blocks():
+            # inv5_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = t - 1 -> r0
             numpy.subtract(t, 1.0, out=r0)
             # tmp1 = ranks_per_node - 1 -> r1
@@ -2172,15 +2182,15 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp5 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp5 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
             # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
             numpy.minimum(r4, r5, out=r6)
             # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
             numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m0)
+            numpy.copyto(r7, r4, where=m1)
             # tmp9 = 0.92*tmp8 -> r8
             numpy.multiply(r7, 0.92, out=r8)
             # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
@@ -2203,7 +2213,7 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
             # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
             numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m0)
+            numpy.copyto(r16, 0.7777777777777778, where=m1)
             # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
             numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
             numpy.add(r17, alpha_tree_ll128_s, out=r17)
@@ -2224,8 +2234,8 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.subtract(r22, r21, out=r22)
             # tmp26 = tmp24 - 2 -> r23
             numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp28 = inv2/ring_channels -> r21
             numpy.divide(inv2, ring_channels, out=r21)
             # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
@@ -2239,7 +2249,7 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.minimum(r26, r4, out=r26)
             # tmp34 = numpy.where(tmp5, tmp4, tmp33) -> r5
             numpy.copyto(r5, r26)
-            numpy.copyto(r5, r4, where=m0)
+            numpy.copyto(r5, r4, where=m1)
             # tmp35 = 0.92*tmp34 -> r27
             numpy.multiply(r5, 0.92, out=r27)
             # tmp36 = numpy.minimum(tmp3, tmp35) -> r28
@@ -2257,16 +2267,16 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             #     numpy.minimum(tmp23/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
             #     inv3*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21,
-            #     alpha_ring_ll_s + inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp5,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(t, 1))), hop_nvlink_nvls_s
-            #     + tmp22/((t*t)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv5_mask,
+            #     numpy.logical_and(tmp5, numpy.greater(t, 1))), hop_nvlink_nvls_s +
+            #     tmp22/((t*t)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
             #     inv4*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/t))), numpy.inf),
+            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
+            #     inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp23*numpy.where(tmp5, tmp28, 1/tmp7) + numpy.where(tmp5,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s +
-            #     inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+            #     inv7*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp1 + tmp28*tmp32, numpy.minimum(alpha_ring_ll128_s +
@@ -2308,38 +2318,22 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.minimum(r25, r30, out=r25)
             numpy.minimum(r24, r8, out=r30)
             numpy.divide(r20, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv3, r22, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r23, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r25, r30, out=r25)
-            numpy.multiply(r7, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r20, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r22, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r23, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(t, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(t, t, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r32)
             numpy.multiply(r32, inv4, out=r32)
@@ -2350,27 +2344,42 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r19, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r25, r30, out=r25)
+            numpy.multiply(r7, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r20, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv6, r22, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r23, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.divide(1.0, r6, out=r30)
-            numpy.copyto(r30, r21, where=m0)
+            numpy.copyto(r30, r21, where=m1)
             numpy.multiply(r30, r20, out=r30)
-            if not m0.all():
-                numpy.multiply(inv6, r22, out=r31)
+            if not m1.all():
+                numpy.multiply(inv7, r22, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r23, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r25, r30, out=r25)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r21, r10, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -2408,7 +2417,7 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r5, 0.5, out=r33)
@@ -2418,21 +2427,21 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r21, where=m0)
+            numpy.copyto(r33, r21, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r23, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r25, r30, out=r25)
             numpy.multiply(out, r25, out=out)
             numpy.multiply(out, m, out=out)
