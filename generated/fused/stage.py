@@ -149,6 +149,11 @@ def _stage_tp_dense_layer(out, b, comm_t, comm_tp_overlap, cp, h, hff, level_bou
         out[i] = 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_dense_layer_at(i, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
 def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     """TP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
@@ -196,6 +201,11 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
 def _stage_tp_dense_selective_layer(out, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(b[i]*comm_t[i]*gather[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_dense_selective_layer_at(i, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b[i]*comm_t[i]*gather[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
 def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -247,6 +257,11 @@ def _stage_tp_dense_full_again(out, b, comm_t, comm_tp_overlap, cp, h, hff, leve
         out[i] = 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_dense_full_again_at(i, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
 def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     """TP volume that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
@@ -294,6 +309,11 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
 def _stage_tp_dense_selective_again(out, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_dense_selective_again_at(i, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
 def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -346,6 +366,11 @@ def _stage_ep_balanced_layer(out, b, bytes_compute, comm_ep, cp, ep, h, level_bo
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_ep_balanced_layer_at(i, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
+    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+
+
 def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
     """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -391,6 +416,11 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
 def _stage_ep_balanced_full_again(out, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
     for i in range(out.shape[0]):
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_ep_balanced_full_again_at(i, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
+    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
 
 
 def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -440,6 +470,11 @@ def _stage_cp_colossalai_cp_mha_softmax_layer(out, b, bytes_compute, cp, h, leve
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_softmax_layer_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -485,6 +520,11 @@ def _stage_cp_colossalai_cp_mha_softmax_full_again(out, b, bytes_compute, cp, h,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_softmax_full_again_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -528,6 +568,11 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
 def _stage_cp_colossalai_cp_mha_softmax_selective_again(out, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_softmax_selective_again_at(i, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -591,6 +636,28 @@ def _stage_dp_standard_dense_zero_layer(out, a, attn_extra_p, attn_output_gate, 
         tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
         tmp19 = (zero2_non_exp[i] == 1)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))
+
+
+@_runtime.element
+def _stage_dp_standard_dense_zero_layer_at(i, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dh[i]*n_kv[i]
+    tmp2 = 0.5*n_attMM[i]
+    tmp3 = 2*n_qknorm[i]
+    tmp4 = h[i]*o_bias[i]
+    tmp5 = a[i]*dh[i]
+    tmp6 = h[i]*tmp5
+    tmp7 = 0.25*n_attMM[i]
+    tmp8 = attn_output_gate[i] + 1
+    tmp9 = qkv_bias[i]*tmp8
+    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
+    tmp12 = (zero3_non_exp[i] == 1)
+    tmp13 = (dh[i] != 0)
+    tmp15 = n_kv[i]/a[i]
+    tmp16 = (h[i]*h[i])
+    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
+    tmp19 = (zero2_non_exp[i] == 1)
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))
 
 
 def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -695,6 +762,28 @@ def _stage_dp_unconverted_standard_dense_zero_layer(out, a, attn_extra_p, attn_o
         out[i] = (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))
 
 
+@_runtime.element
+def _stage_dp_unconverted_standard_dense_zero_layer_at(i, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dh[i]*n_kv[i]
+    tmp2 = 0.5*n_attMM[i]
+    tmp3 = 2*n_qknorm[i]
+    tmp4 = h[i]*o_bias[i]
+    tmp5 = a[i]*dh[i]
+    tmp6 = h[i]*tmp5
+    tmp7 = 0.25*n_attMM[i]
+    tmp8 = attn_output_gate[i] + 1
+    tmp9 = qkv_bias[i]*tmp8
+    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
+    tmp12 = (zero3_non_exp[i] == 1)
+    tmp13 = (dh[i] != 0)
+    tmp15 = n_kv[i]/a[i]
+    tmp16 = (h[i]*h[i])
+    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
+    tmp19 = (zero2_non_exp[i] == 1)
+    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))
+
+
 def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -773,6 +862,11 @@ def _stage_cp_colossalai_cp_mha_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -817,6 +911,11 @@ def _stage_cp_colossalai_cp_mha_linear_full_again(out, a, cp, dh, h, level_bound
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -859,6 +958,11 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
 def _stage_cp_colossalai_cp_mha_linear_selective_again(out, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -906,6 +1010,11 @@ def _stage_cp_hybrid_cp_mha_softmax_layer(out, b, bytes_compute, cp, h, level_bo
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_softmax_layer_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -951,6 +1060,11 @@ def _stage_cp_hybrid_cp_mha_softmax_full_again(out, b, bytes_compute, cp, h, lev
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_softmax_full_again_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -994,6 +1108,11 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
 def _stage_cp_hybrid_cp_mha_softmax_selective_again(out, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_softmax_selective_again_at(i, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1042,6 +1161,11 @@ def _stage_cp_hybrid_cp_mha_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1084,6 +1208,11 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_mha_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1130,6 +1259,11 @@ def _stage_cp_hybrid_cp_mha_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1173,6 +1307,11 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
 def _stage_cp_ulysses_cp_mha_softmax_layer(out, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_softmax_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1223,6 +1362,11 @@ def _stage_cp_ulysses_cp_mha_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1269,6 +1413,11 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
 def _stage_cp_ulysses_cp_mha_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1320,6 +1469,11 @@ def _stage_cp_ulysses_cp_mha_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_linear_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1368,6 +1522,11 @@ def _stage_cp_ulysses_cp_mha_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_linear_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1414,6 +1573,11 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
 def _stage_cp_ulysses_cp_mha_linear_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1465,6 +1629,11 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, 
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1513,6 +1682,11 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1559,6 +1733,11 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
 def _stage_cp_colossalai_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1610,6 +1789,11 @@ def _stage_cp_colossalai_cp_gqa_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1652,6 +1836,11 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
 def _stage_cp_colossalai_cp_gqa_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1698,6 +1887,11 @@ def _stage_cp_colossalai_cp_gqa_linear_selective_again(out, a, cp, dh, gather, h
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1741,6 +1935,11 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
 def _stage_cp_hybrid_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1791,6 +1990,11 @@ def _stage_cp_hybrid_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1837,6 +2041,11 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
 def _stage_cp_hybrid_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1888,6 +2097,11 @@ def _stage_cp_hybrid_cp_gqa_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1930,6 +2144,11 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_gqa_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1976,6 +2195,11 @@ def _stage_cp_hybrid_cp_gqa_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2019,6 +2243,11 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
 def _stage_cp_ulysses_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2070,6 +2299,11 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2117,6 +2351,11 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
 def _stage_cp_ulysses_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2170,6 +2409,11 @@ def _stage_cp_ulysses_cp_gqa_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_linear_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2219,6 +2463,11 @@ def _stage_cp_ulysses_cp_gqa_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_linear_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2266,6 +2515,11 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
 def _stage_cp_ulysses_cp_gqa_linear_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2319,6 +2573,11 @@ def _stage_cp_colossalai_cp_mqa_softmax_layer(out, b, bytes_compute, cp, dh, lev
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_softmax_layer_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2364,6 +2623,11 @@ def _stage_cp_colossalai_cp_mqa_softmax_full_again(out, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_softmax_full_again_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2407,6 +2671,11 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
 def _stage_cp_colossalai_cp_mqa_softmax_selective_again(out, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_softmax_selective_again_at(i, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2455,6 +2724,11 @@ def _stage_cp_colossalai_cp_mqa_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2499,6 +2773,11 @@ def _stage_cp_colossalai_cp_mqa_linear_full_again(out, a, cp, dh, h, level_bound
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2541,6 +2820,11 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
 def _stage_cp_colossalai_cp_mqa_linear_selective_again(out, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2588,6 +2872,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer(out, b, bytes_compute, cp, dh, level_b
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_softmax_layer_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2633,6 +2922,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again(out, b, bytes_compute, cp, dh, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_softmax_full_again_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2676,6 +2970,11 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
 def _stage_cp_hybrid_cp_mqa_softmax_selective_again(out, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_softmax_selective_again_at(i, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2724,6 +3023,11 @@ def _stage_cp_hybrid_cp_mqa_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2766,6 +3070,11 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_mqa_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2812,6 +3121,11 @@ def _stage_cp_hybrid_cp_mqa_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2855,6 +3169,11 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
 def _stage_cp_ulysses_cp_mqa_softmax_layer(out, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2905,6 +3224,11 @@ def _stage_cp_ulysses_cp_mqa_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2951,6 +3275,11 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
 def _stage_cp_ulysses_cp_mqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3002,6 +3331,11 @@ def _stage_cp_ulysses_cp_mqa_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_linear_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3050,6 +3384,11 @@ def _stage_cp_ulysses_cp_mqa_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_linear_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3096,6 +3435,11 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
 def _stage_cp_ulysses_cp_mqa_linear_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3147,6 +3491,11 @@ def _stage_cp_colossalai_cp_mla_softmax_layer(out, b, bytes_compute, cp, dh, dhr
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_softmax_layer_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3194,6 +3543,11 @@ def _stage_cp_colossalai_cp_mla_softmax_full_again(out, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_softmax_full_again_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3239,6 +3593,11 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
 def _stage_cp_colossalai_cp_mla_softmax_selective_again(out, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_softmax_selective_again_at(i, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3290,6 +3649,11 @@ def _stage_cp_colossalai_cp_mla_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3332,6 +3696,11 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
 def _stage_cp_colossalai_cp_mla_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3378,6 +3747,11 @@ def _stage_cp_colossalai_cp_mla_linear_selective_again(out, a, cp, dh, gather, h
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3421,6 +3795,11 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
 def _stage_cp_hybrid_cp_mla_softmax_layer(out, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_softmax_layer_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3470,6 +3849,11 @@ def _stage_cp_hybrid_cp_mla_softmax_full_again(out, b, bytes_compute, cp, dh, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_softmax_full_again_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3515,6 +3899,11 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
 def _stage_cp_hybrid_cp_mla_softmax_selective_again(out, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_softmax_selective_again_at(i, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3566,6 +3955,11 @@ def _stage_cp_hybrid_cp_mla_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3608,6 +4002,11 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_mla_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3654,6 +4053,11 @@ def _stage_cp_hybrid_cp_mla_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3698,6 +4102,12 @@ def _stage_cp_ulysses_cp_mla_softmax_layer(out, a, b, bytes_compute, cp, dh, dhr
     for i in range(out.shape[0]):
         tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_softmax_layer_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3751,6 +4161,12 @@ def _stage_cp_ulysses_cp_mla_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3800,6 +4216,12 @@ def _stage_cp_ulysses_cp_mla_softmax_selective_again(out, a, b, bytes_compute, c
     for i in range(out.shape[0]):
         tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3855,6 +4277,12 @@ def _stage_cp_ulysses_cp_mla_linear_layer(out, a, b, bytes_compute, cp, dh, dhr,
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_linear_layer_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
 def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3906,6 +4334,12 @@ def _stage_cp_ulysses_cp_mla_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_linear_full_again_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
 def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3955,6 +4389,12 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again(out, a, b, bytes_compute, cp
     for i in range(out.shape[0]):
         tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
 def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4009,6 +4449,11 @@ def _stage_ep_imbalanced_layer(out, bytes_compute, comm_ep, ep, h, level_bound_0
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_ep_imbalanced_layer_at(i, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
+    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+
+
 def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
     """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -4051,6 +4496,11 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
 def _stage_ep_imbalanced_full_again(out, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
     for i in range(out.shape[0]):
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_ep_imbalanced_full_again_at(i, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
+    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
 
 
 def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
@@ -4100,6 +4550,16 @@ def _stage_dp_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_output_gate, 
         tmp5 = a[i]*tmp4
         tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
         out[i] = 0.25*(score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
+
+
+@_runtime.element
+def _stage_dp_standard_dense_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    tmp4 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    tmp5 = a[i]*tmp4
+    tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
+    return 0.25*(score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
 
 
 def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -4189,6 +4649,16 @@ def _stage_dp_fsdp_untied_embedding(out, bytes_grad, bytes_p, comm_dp_overlap, c
         out[i] = h[i]*score_factor_dp[i]*stage_cost_scale[i]*tmp1*v[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
 
 
+@_runtime.element
+def _stage_dp_fsdp_untied_embedding_at(i, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed[i])
+    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
+    tmp3 = 1/m[i]
+    tmp4 = numpy.maximum(1, d[i]*tmp0)
+    return h[i]*score_factor_dp[i]*stage_cost_scale[i]*tmp1*v[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
+
+
 def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
     """DP volume that the embedding table adds to its pipeline stage per micro-batch, converted as
     _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
@@ -4248,6 +4718,13 @@ def _stage_dp_fsdp_output(out, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*v[i]*(1 - comm_dp_overlap[i])*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
 
 
+@_runtime.element
+def _stage_dp_fsdp_output_at(i, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return score_factor_dp[i]*stage_cost_scale[i]*v[i]*(1 - comm_dp_overlap[i])*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
+
+
 def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
     """DP volume that the output layer's table adds to its pipeline stage per micro-batch, converted
     as _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
@@ -4305,6 +4782,16 @@ def _stage_dp_unconverted_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_o
         tmp5 = a[i]*tmp4
         tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
         out[i] = 0.25*((2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
+
+
+@_runtime.element
+def _stage_dp_unconverted_standard_dense_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    tmp4 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    tmp5 = a[i]*tmp4
+    tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
+    return 0.25*((2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
 
 
 def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -4389,6 +4876,16 @@ def _stage_dp_unconverted_fsdp_untied_embedding(out, bytes_grad, bytes_p, cp, d,
         out[i] = h[i]*tmp1*v[i]*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
 
 
+@_runtime.element
+def _stage_dp_unconverted_fsdp_untied_embedding_at(i, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed[i])
+    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
+    tmp3 = 1/m[i]
+    tmp4 = numpy.maximum(1, d[i]*tmp0)
+    return h[i]*tmp1*v[i]*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
+
+
 def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """DP volume that the embedding table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
@@ -4444,6 +4941,13 @@ def _stage_dp_unconverted_fsdp_output(out, bytes_grad, bytes_p, cp, d, h, m, res
         out[i] = v[i]*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
 
 
+@_runtime.element
+def _stage_dp_unconverted_fsdp_output_at(i, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return v[i]*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
+
+
 def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """DP volume that the output layer's table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
@@ -4496,6 +5000,16 @@ def _stage_dp_reduced_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_outpu
         tmp4 = a[i]*tmp2
         tmp5 = 0.25*n_attMM[i]
         out[i] = 2*bytes_grad[i]*(tmp1 - 1)*(attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*tmp5*(o_bias[i] + tmp4) + 0.5*(n_attMM[i]*n_kv[i]*tmp2*tmp3) + 2*n_qknorm[i]*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_standard_dense_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    tmp2 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    tmp3 = h[i] + qkv_bias[i]
+    tmp4 = a[i]*tmp2
+    tmp5 = 0.25*n_attMM[i]
+    return 2*bytes_grad[i]*(tmp1 - 1)*(attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*tmp5*(o_bias[i] + tmp4) + 0.5*(n_attMM[i]*n_kv[i]*tmp2*tmp3) + 2*n_qknorm[i]*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
 
 
 def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -4569,6 +5083,14 @@ def _stage_dp_reduced_fsdp_untied_embedding(out, bytes_grad, cp, d, gather_embed
         out[i] = bytes_grad[i]*h[i]*tmp2*v[i]*(2*tmp1 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
 
 
+@_runtime.element
+def _stage_dp_reduced_fsdp_untied_embedding_at(i, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed[i])
+    tmp1 = numpy.maximum(1, d[i]*tmp0)
+    tmp2 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
+    return bytes_grad[i]*h[i]*tmp2*v[i]*(2*tmp1 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
+
+
 def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """FSDP all-reduce bytes that the embedding table adds to its pipeline stage per micro-batch,
     the part of the FSDP traffic copies of a shard spend all-reducing it.
@@ -4616,6 +5138,12 @@ def _stage_dp_reduced_fsdp_output(out, bytes_grad, cp, d, h, m, shard_p_os_non_e
     for i in range(out.shape[0]):
         tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
         out[i] = bytes_grad[i]*(2*tmp1 - 2)*(h[i]*v[i] + v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_fsdp_output_at(i, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return bytes_grad[i]*(2*tmp1 - 2)*(h[i]*v[i] + v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
 
 
 def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -4666,6 +5194,16 @@ def _stage_dp_fsdp_tied_embedding(out, bytes_grad, bytes_p, comm_dp_overlap, cp,
         tmp3 = 1/m[i]
         tmp4 = numpy.maximum(1, d[i]*tmp0)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*tmp1*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
+
+
+@_runtime.element
+def _stage_dp_fsdp_tied_embedding_at(i, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed[i])
+    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
+    tmp3 = 1/m[i]
+    tmp4 = numpy.maximum(1, d[i]*tmp0)
+    return score_factor_dp[i]*stage_cost_scale[i]*tmp1*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
 
 
 def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -4732,6 +5270,16 @@ def _stage_dp_unconverted_fsdp_tied_embedding(out, bytes_grad, bytes_p, cp, d, g
         out[i] = tmp1*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
 
 
+@_runtime.element
+def _stage_dp_unconverted_fsdp_tied_embedding_at(i, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed[i])
+    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
+    tmp3 = 1/m[i]
+    tmp4 = numpy.maximum(1, d[i]*tmp0)
+    return tmp1*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
+
+
 def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """DP volume that the embedding table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
@@ -4789,6 +5337,14 @@ def _stage_dp_reduced_fsdp_tied_embedding(out, bytes_grad, cp, d, gather_embed, 
         out[i] = bytes_grad[i]*tmp2*(2*tmp1 - 2)*(0 if (p[i] <= 1) else h[i]*v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
 
 
+@_runtime.element
+def _stage_dp_reduced_fsdp_tied_embedding_at(i, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed[i])
+    tmp1 = numpy.maximum(1, d[i]*tmp0)
+    tmp2 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
+    return bytes_grad[i]*tmp2*(2*tmp1 - 2)*(0 if (p[i] <= 1) else h[i]*v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
+
+
 def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """FSDP all-reduce bytes that the embedding table adds to its pipeline stage per micro-batch,
     the part of the FSDP traffic copies of a shard spend all-reducing it.
@@ -4836,6 +5392,11 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
 def _stage_tp_moe_layer(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_moe_layer_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
 def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -4893,6 +5454,11 @@ def _stage_tp_moe_selective_layer(out, bytes_compute, comm_t, comm_tp_overlap, c
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*gather[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_moe_selective_layer_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute[i]*comm_t[i]*gather[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
 def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     """TP volume that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
@@ -4948,6 +5514,11 @@ def _stage_tp_moe_full_again(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_moe_full_again_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
 def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     """TP volume that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
@@ -5001,6 +5572,11 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
 def _stage_tp_moe_selective_again(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_moe_selective_again_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
 def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -5085,6 +5661,39 @@ def _stage_dp_standard_moe_zero_layer(out, a, attn_extra_p, attn_output_gate, co
         tmp30 = (zero2_non_exp[i] == 1)
         tmp31 = (zero2_exp[i] == 1)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0))))
+
+
+@_runtime.element
+def _stage_dp_standard_moe_zero_layer_at(i, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dh[i]*n_kv[i]
+    tmp2 = 0.5*n_attMM[i]
+    tmp3 = 2*n_qknorm[i]
+    tmp4 = h[i]*o_bias[i]
+    tmp5 = a[i]*dh[i]
+    tmp6 = h[i]*tmp5
+    tmp7 = 0.25*n_attMM[i]
+    tmp8 = attn_output_gate[i] + 1
+    tmp9 = qkv_bias[i]*tmp8
+    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
+    tmp12 = (zero3_non_exp[i] == 1)
+    tmp13 = (dh[i] != 0)
+    tmp15 = n_kv[i]/a[i]
+    tmp16 = (h[i]*h[i])
+    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
+    tmp18 = (zero3_exp[i] == 1)
+    tmp19 = (n_shared_exp[i] != 0)
+    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
+    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_non_exp[i] == 1)
+    tmp31 = (zero2_exp[i] == 1)
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0))))
 
 
 def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5225,6 +5834,39 @@ def _stage_dp_unconverted_standard_moe_zero_layer(out, a, attn_extra_p, attn_out
         out[i] = (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0)))
 
 
+@_runtime.element
+def _stage_dp_unconverted_standard_moe_zero_layer_at(i, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dh[i]*n_kv[i]
+    tmp2 = 0.5*n_attMM[i]
+    tmp3 = 2*n_qknorm[i]
+    tmp4 = h[i]*o_bias[i]
+    tmp5 = a[i]*dh[i]
+    tmp6 = h[i]*tmp5
+    tmp7 = 0.25*n_attMM[i]
+    tmp8 = attn_output_gate[i] + 1
+    tmp9 = qkv_bias[i]*tmp8
+    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
+    tmp12 = (zero3_non_exp[i] == 1)
+    tmp13 = (dh[i] != 0)
+    tmp15 = n_kv[i]/a[i]
+    tmp16 = (h[i]*h[i])
+    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
+    tmp18 = (zero3_exp[i] == 1)
+    tmp19 = (n_shared_exp[i] != 0)
+    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
+    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_non_exp[i] == 1)
+    tmp31 = (zero2_exp[i] == 1)
+    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0)))
+
+
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -5350,6 +5992,31 @@ def _stage_dp_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_output_gate, by
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
 
 
+@_runtime.element
+def _stage_dp_standard_moe_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
+    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
+    tmp4 = tmp3/t_exp[i]
+    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
+    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
+    tmp11 = cp[i]*d[i]
+    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
+    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+    tmp14 = 2*tmp13/t_exp[i]
+    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp18 = 4*h[i]
+    tmp19 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    tmp20 = a[i]*tmp19
+    tmp21 = n_attMM[i]*(h[i] + qkv_bias[i])
+    tmp22 = (4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp20) + layer_norms[i]*tmp18*(norm_bias[i] + 1) + n_exp[i]*tmp18 + 2*n_kv[i]*tmp19*tmp21 + 8*n_qknorm[i]*tmp19 + tmp20*tmp21*(attn_output_gate[i] + 1))/(t[i]*tmp17)
+    tmp23 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
+
+
 def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -5473,6 +6140,31 @@ def _stage_dp_unconverted_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_out
         out[i] = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
 
 
+@_runtime.element
+def _stage_dp_unconverted_standard_moe_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
+    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
+    tmp4 = tmp3/t_exp[i]
+    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
+    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
+    tmp11 = cp[i]*d[i]
+    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
+    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+    tmp14 = 2*tmp13/t_exp[i]
+    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp18 = 4*h[i]
+    tmp19 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    tmp20 = a[i]*tmp19
+    tmp21 = n_attMM[i]*(h[i] + qkv_bias[i])
+    tmp22 = (4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp20) + layer_norms[i]*tmp18*(norm_bias[i] + 1) + n_exp[i]*tmp18 + 2*n_kv[i]*tmp19*tmp21 + 8*n_qknorm[i]*tmp19 + tmp20*tmp21*(attn_output_gate[i] + 1))/(t[i]*tmp17)
+    tmp23 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+    return tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
+
+
 def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -5580,6 +6272,21 @@ def _stage_dp_reduced_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_output_
         out[i] = 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp11) + layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_exp[i]*tmp9 + 2*n_kv[i]*tmp10*tmp12 + 8*n_qknorm[i]*tmp10 + tmp11*tmp12*(attn_output_gate[i] + 1))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
 
 
+@_runtime.element
+def _stage_dp_reduced_standard_moe_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp[i]*d[i]
+    tmp2 = numpy.maximum(1, t_exp[i]*tmp1/shard_p_os_exp_partial[i])
+    tmp3 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp4 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp5 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp8 = numpy.maximum(1, t[i]*tmp1/shard_p_os_non_exp_partial[i])
+    tmp9 = 4*h[i]
+    tmp10 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
+    tmp11 = a[i]*tmp10
+    tmp12 = n_attMM[i]*(h[i] + qkv_bias[i])
+    return 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp11) + layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_exp[i]*tmp9 + 2*n_kv[i]*tmp10*tmp12 + 8*n_qknorm[i]*tmp10 + tmp11*tmp12*(attn_output_gate[i] + 1))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+
+
 def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
     its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
@@ -5679,6 +6386,29 @@ def _stage_dp_mla_q_latent_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
         tmp17 = (tmp13 + tmp15)/t[i]
         tmp19 = (zero2_non_exp[i] == 1)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
+
+
+@_runtime.element
+def _stage_dp_mla_q_latent_dense_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv[i]*n_kv[i]
+    tmp2 = a[i]*dc_q[i]
+    tmp3 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+    tmp4 = 0.25*n_attMM[i]
+    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
+    tmp6 = 2*dh[i]
+    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+    tmp8 = n_qknorm[i]*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t[i]
+    tmp10 = (zero3_non_exp[i] == 1)
+    tmp11 = (dh[i] != 0)
+    tmp12 = (qk_nope_head_dim[i] != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t[i]
+    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp16 = (tmp15 + tmp5)/t[i]
+    tmp17 = (tmp13 + tmp15)/t[i]
+    tmp19 = (zero2_non_exp[i] == 1)
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
 
 
 def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -5797,6 +6527,29 @@ def _stage_dp_unconverted_mla_q_latent_dense_zero_layer(out, a, cp, dc_kv, dc_q,
         out[i] = (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_at(i, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv[i]*n_kv[i]
+    tmp2 = a[i]*dc_q[i]
+    tmp3 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+    tmp4 = 0.25*n_attMM[i]
+    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
+    tmp6 = 2*dh[i]
+    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+    tmp8 = n_qknorm[i]*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t[i]
+    tmp10 = (zero3_non_exp[i] == 1)
+    tmp11 = (dh[i] != 0)
+    tmp12 = (qk_nope_head_dim[i] != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t[i]
+    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp16 = (tmp15 + tmp5)/t[i]
+    tmp17 = (tmp13 + tmp15)/t[i]
+    tmp19 = (zero2_non_exp[i] == 1)
+    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
+
+
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -5894,6 +6647,15 @@ def _stage_dp_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
 
 
+@_runtime.element
+def _stage_dp_mla_q_latent_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp4 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp3) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
+    tmp5 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
+
+
 def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -5977,6 +6739,15 @@ def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, byte
         out[i] = bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp4 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp3) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
+    tmp5 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
+
+
 def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6050,6 +6821,13 @@ def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, cp, d, d
         tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
         tmp2 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
         out[i] = bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp2) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp2) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer_at(i, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    tmp2 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    return bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp2) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp2) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
 
 
 def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -6145,6 +6923,40 @@ def _stage_dp_mla_q_latent_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dc
         tmp30 = (zero2_exp[i] == 1)
         tmp32 = (zero2_non_exp[i] == 1)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0)))))
+
+
+@_runtime.element
+def _stage_dp_mla_q_latent_moe_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp0 = (zero3_exp[i] == 1)
+    tmp1 = (n_shared_exp[i] != 0)
+    tmp2 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp3 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp5 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp3/numpy.maximum(1, etp[i])) + tmp2/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp3) + tmp2)
+    tmp6 = h[i]*shared_expert_gate[i] + tmp5
+    tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
+    tmp9 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp10 = tmp6*tmp9
+    tmp11 = tmp5*tmp9
+    tmp13 = dc_kv[i]*n_kv[i]
+    tmp14 = a[i]*dc_q[i]
+    tmp15 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+    tmp16 = 0.25*n_attMM[i]
+    tmp17 = tmp16*(tmp13*(dh[i] + qk_nope_head_dim[i]) + tmp14*(dhr[i] + qk_nope_head_dim[i]) + tmp15)
+    tmp18 = 2*dh[i]
+    tmp19 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+    tmp20 = n_qknorm[i]*tmp18 + tmp19
+    tmp21 = (tmp17 + tmp20)/t[i]
+    tmp22 = (zero3_non_exp[i] == 1)
+    tmp23 = (dh[i] != 0)
+    tmp24 = (qk_nope_head_dim[i] != 0)
+    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh[i] + dhr[i]) + tmp15)
+    tmp26 = (tmp20 + tmp25)/t[i]
+    tmp27 = tmp19 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp28 = (tmp17 + tmp27)/t[i]
+    tmp29 = (tmp25 + tmp27)/t[i]
+    tmp30 = (zero2_exp[i] == 1)
+    tmp32 = (zero2_non_exp[i] == 1)
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0)))))
 
 
 def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -6297,6 +7109,40 @@ def _stage_dp_unconverted_mla_q_latent_moe_zero_layer(out, a, cp, dc_kv, dc_q, d
         out[i] = (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0))))
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_moe_zero_layer_at(i, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp0 = (zero3_exp[i] == 1)
+    tmp1 = (n_shared_exp[i] != 0)
+    tmp2 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp3 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp5 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp3/numpy.maximum(1, etp[i])) + tmp2/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp3) + tmp2)
+    tmp6 = h[i]*shared_expert_gate[i] + tmp5
+    tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
+    tmp9 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp10 = tmp6*tmp9
+    tmp11 = tmp5*tmp9
+    tmp13 = dc_kv[i]*n_kv[i]
+    tmp14 = a[i]*dc_q[i]
+    tmp15 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+    tmp16 = 0.25*n_attMM[i]
+    tmp17 = tmp16*(tmp13*(dh[i] + qk_nope_head_dim[i]) + tmp14*(dhr[i] + qk_nope_head_dim[i]) + tmp15)
+    tmp18 = 2*dh[i]
+    tmp19 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+    tmp20 = n_qknorm[i]*tmp18 + tmp19
+    tmp21 = (tmp17 + tmp20)/t[i]
+    tmp22 = (zero3_non_exp[i] == 1)
+    tmp23 = (dh[i] != 0)
+    tmp24 = (qk_nope_head_dim[i] != 0)
+    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh[i] + dhr[i]) + tmp15)
+    tmp26 = (tmp20 + tmp25)/t[i]
+    tmp27 = tmp19 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp28 = (tmp17 + tmp27)/t[i]
+    tmp29 = (tmp25 + tmp27)/t[i]
+    tmp30 = (zero2_exp[i] == 1)
+    tmp32 = (zero2_non_exp[i] == 1)
+    return (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0))))
+
+
 def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6429,6 +7275,28 @@ def _stage_dp_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp_o
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
 
 
+@_runtime.element
+def _stage_dp_mla_q_latent_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
+    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
+    tmp4 = tmp3/t_exp[i]
+    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
+    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
+    tmp11 = cp[i]*d[i]
+    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
+    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+    tmp14 = tmp13/t_exp[i]
+    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp18 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp19 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp18) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp18) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
+    tmp20 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+
+
 def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -6546,6 +7414,28 @@ def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, bytes_
         out[i] = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
+    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
+    tmp4 = tmp3/t_exp[i]
+    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
+    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
+    tmp11 = cp[i]*d[i]
+    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
+    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+    tmp14 = tmp13/t_exp[i]
+    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp18 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp19 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp18) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp18) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
+    tmp20 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+    return tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+
+
 def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6648,6 +7538,19 @@ def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, cp, d, d_e
         out[i] = 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp10) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp10) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
 
 
+@_runtime.element
+def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_at(i, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp[i]*d[i]
+    tmp2 = numpy.maximum(1, t_exp[i]*tmp1/shard_p_os_exp_partial[i])
+    tmp3 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp4 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp5 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp8 = numpy.maximum(1, t[i]*tmp1/shard_p_os_non_exp_partial[i])
+    tmp9 = 4*h[i]
+    tmp10 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    return 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp10) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp10) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+
+
 def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
     its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
@@ -6745,6 +7648,29 @@ def _stage_dp_mla_q_direct_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
         tmp17 = (tmp13 + tmp15)/t[i]
         tmp19 = (zero2_non_exp[i] == 1)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
+
+
+@_runtime.element
+def _stage_dp_mla_q_direct_dense_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv[i]*n_kv[i]
+    tmp2 = a[i]*h[i]
+    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
+    tmp4 = 0.25*n_attMM[i]
+    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
+    tmp6 = 2*dh[i]
+    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+    tmp8 = n_qknorm[i]*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t[i]
+    tmp10 = (zero3_non_exp[i] == 1)
+    tmp11 = (dh[i] != 0)
+    tmp12 = (qk_nope_head_dim[i] != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t[i]
+    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp16 = (tmp15 + tmp5)/t[i]
+    tmp17 = (tmp13 + tmp15)/t[i]
+    tmp19 = (zero2_non_exp[i] == 1)
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
 
 
 def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -6860,6 +7786,29 @@ def _stage_dp_unconverted_mla_q_direct_dense_zero_layer(out, a, cp, dc_kv, dh, d
         out[i] = (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_dense_zero_layer_at(i, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv[i]*n_kv[i]
+    tmp2 = a[i]*h[i]
+    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
+    tmp4 = 0.25*n_attMM[i]
+    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
+    tmp6 = 2*dh[i]
+    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+    tmp8 = n_qknorm[i]*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t[i]
+    tmp10 = (zero3_non_exp[i] == 1)
+    tmp11 = (dh[i] != 0)
+    tmp12 = (qk_nope_head_dim[i] != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t[i]
+    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp16 = (tmp15 + tmp5)/t[i]
+    tmp17 = (tmp13 + tmp15)/t[i]
+    tmp19 = (zero2_non_exp[i] == 1)
+    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
+
+
 def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6954,6 +7903,16 @@ def _stage_dp_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
 
 
+@_runtime.element
+def _stage_dp_mla_q_direct_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = a[i]*h[i]
+    tmp4 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp5 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp4) + dc_kv[i] + dh[i]*tmp3 + h[i]*(dc_kv[i] + dhr[i]) + tmp3*(dhr[i] + tmp4))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
+    tmp6 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
+
+
 def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -7037,6 +7996,16 @@ def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, byte
         out[i] = bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp3 = a[i]*h[i]
+    tmp4 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp5 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp4) + dc_kv[i] + dh[i]*tmp3 + h[i]*(dc_kv[i] + dhr[i]) + tmp3*(dhr[i] + tmp4))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
+    tmp6 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    return bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
+
+
 def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -7110,6 +8079,14 @@ def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, cp, d, d
         tmp2 = a[i]*h[i]
         tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
         out[i] = bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i]) + tmp2*(dhr[i] + tmp3))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_at(i, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
+    tmp2 = a[i]*h[i]
+    tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    return bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i]) + tmp2*(dhr[i] + tmp3))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
 
 
 def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -7203,6 +8180,40 @@ def _stage_dp_mla_q_direct_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dh
         tmp30 = (zero2_exp[i] == 1)
         tmp32 = (zero2_non_exp[i] == 1)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0)))))
+
+
+@_runtime.element
+def _stage_dp_mla_q_direct_moe_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dc_kv[i]*n_kv[i]
+    tmp2 = a[i]*h[i]
+    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
+    tmp4 = 0.25*n_attMM[i]
+    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
+    tmp6 = 2*dh[i]
+    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+    tmp8 = n_qknorm[i]*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t[i]
+    tmp10 = (zero3_non_exp[i] == 1)
+    tmp11 = (dh[i] != 0)
+    tmp12 = (qk_nope_head_dim[i] != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t[i]
+    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp16 = (tmp15 + tmp5)/t[i]
+    tmp17 = (tmp13 + tmp15)/t[i]
+    tmp18 = (zero3_exp[i] == 1)
+    tmp19 = (n_shared_exp[i] != 0)
+    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
+    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_exp[i] == 1)
+    tmp32 = (zero2_non_exp[i] == 1)
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0)))))
 
 
 def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7351,6 +8362,40 @@ def _stage_dp_unconverted_mla_q_direct_moe_zero_layer(out, a, cp, dc_kv, dh, dhr
         out[i] = (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0))))
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_at(i, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dc_kv[i]*n_kv[i]
+    tmp2 = a[i]*h[i]
+    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
+    tmp4 = 0.25*n_attMM[i]
+    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
+    tmp6 = 2*dh[i]
+    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+    tmp8 = n_qknorm[i]*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t[i]
+    tmp10 = (zero3_non_exp[i] == 1)
+    tmp11 = (dh[i] != 0)
+    tmp12 = (qk_nope_head_dim[i] != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t[i]
+    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
+    tmp16 = (tmp15 + tmp5)/t[i]
+    tmp17 = (tmp13 + tmp15)/t[i]
+    tmp18 = (zero3_exp[i] == 1)
+    tmp19 = (n_shared_exp[i] != 0)
+    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
+    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_exp[i] == 1)
+    tmp32 = (zero2_non_exp[i] == 1)
+    return (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0))))
+
+
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -7480,6 +8525,29 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp_o
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
 
 
+@_runtime.element
+def _stage_dp_mla_q_direct_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
+    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
+    tmp4 = tmp3/t_exp[i]
+    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
+    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
+    tmp11 = cp[i]*d[i]
+    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
+    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+    tmp14 = tmp13/t_exp[i]
+    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp18 = a[i]*h[i]
+    tmp19 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp20 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp19) + dc_kv[i] + dh[i]*tmp18 + h[i]*(dc_kv[i] + dhr[i]) + tmp18*(dhr[i] + tmp19))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
+    tmp21 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+
+
 def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -7596,6 +8664,29 @@ def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, bytes_
         out[i] = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
+    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
+    tmp4 = tmp3/t_exp[i]
+    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
+    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
+    tmp11 = cp[i]*d[i]
+    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
+    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+    tmp14 = tmp13/t_exp[i]
+    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
+    tmp18 = a[i]*h[i]
+    tmp19 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    tmp20 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp19) + dc_kv[i] + dh[i]*tmp18 + h[i]*(dc_kv[i] + dhr[i]) + tmp18*(dhr[i] + tmp19))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
+    tmp21 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+    return tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+
+
 def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -7695,6 +8786,20 @@ def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, cp, d, d_e
         tmp10 = a[i]*h[i]
         tmp11 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
         out[i] = 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp11) + dc_kv[i] + dh[i]*tmp10 + h[i]*(dc_kv[i] + dhr[i]) + tmp10*(dhr[i] + tmp11)) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+
+
+@_runtime.element
+def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer_at(i, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp[i]*d[i]
+    tmp2 = numpy.maximum(1, t_exp[i]*tmp1/shard_p_os_exp_partial[i])
+    tmp3 = h[i]*hff_exp[i]*n_ffMM[i]
+    tmp4 = hff_exp[i]*(n_ffMM[i] - 1)
+    tmp5 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
+    tmp8 = numpy.maximum(1, t[i]*tmp1/shard_p_os_non_exp_partial[i])
+    tmp9 = 4*h[i]
+    tmp10 = a[i]*h[i]
+    tmp11 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
+    return 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp11) + dc_kv[i] + dh[i]*tmp10 + h[i]*(dc_kv[i] + dhr[i]) + tmp10*(dhr[i] + tmp11)) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
 
 
 def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
