@@ -31,8 +31,8 @@ __all__ = ["element", "kernel", "prepare"]
 kernel = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 #: One element of a stage formula, for the fused pricer's kernels (``codegen.pricing.fused``): the same
-#: statements as the loop body, inlined into the caller's loop at numba's IR level.
-element = numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+#: statements as the loop body, compiled into the caller (LLVM inlines them).
+element = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 
 def prepare(function: str, names: tuple[str, ...], values: tuple[object, ...]):
