@@ -31,6 +31,7 @@ ImportError naming the extra.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -63,13 +64,22 @@ def _cache_dir() -> Path:
     return Path(root) / "fused"
 
 
-_KERNELS: dict[tuple[tuple[str, ...], ...], Any] = {}
+_KERNELS: dict[Any, Any] = {}
 
 
-def _kernel(names: tuple[tuple[str, ...], ...]) -> tuple[Any, tuple[str, ...]]:
-    """The compiled kernel for the term groups *names*, and the argument names it reads after the tables."""
-    kernel = _KERNELS.get(names)
+@functools.cache
+def _per_layout_names() -> frozenset[str]:
+    from symbolic.symbols import PER_LAYOUT  # names only: symbolic.symbols is imported by generated/ too
+
+    return frozenset(getattr(x, "name", x) for x in PER_LAYOUT)
+
+
+def _kernel(names: tuple[tuple[str, ...], ...], per_layout: frozenset[str]) -> tuple[Any, tuple[str, ...]]:
+    """The compiled kernel for the term groups *names* with the arguments *per_layout* as arrays (the
+    others numbers), and the argument names it reads after the tables."""
     arguments = tuple(sorted({a for group in names for name in group for a in _arguments(name)}))
+    per_layout = frozenset(per_layout) & frozenset(arguments)
+    kernel = _KERNELS.get((names, per_layout))
     if kernel is None:
         import jinja2
 
@@ -78,7 +88,7 @@ def _kernel(names: tuple[tuple[str, ...], ...]) -> tuple[Any, tuple[str, ...]]:
         functions = sorted({name for group in names for name in group})
         key = repr(names)
         text = env.get_template("pricer.py.jinja").render(
-            key=key, functions=functions, groups=names, arguments=arguments,
+            key=key, functions=functions, groups=names, arguments=arguments, per_layout=sorted(per_layout),
             args={name: _arguments(name) for name in functions})
         import generated.fused.stage as stage  # the committed term kernels, fingerprinted
 
@@ -96,7 +106,7 @@ def _kernel(names: tuple[tuple[str, ...], ...]) -> tuple[Any, tuple[str, ...]]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
-        kernel = _KERNELS[names] = module.price
+        kernel = _KERNELS[(names, per_layout)] = module.price
     return kernel, arguments
 
 
@@ -154,8 +164,12 @@ class FusedPricer(StagePricer):
             m = len(block)
             pipelines = _Pipelines.of(block, lambda p, vp, _b=block: self._stage_counts(_b, p, vp), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
-            kernel, arguments = _kernel(sums.names)
             values = self._values(block, _needed(sums))
+            # Arrays for the fields that vary by layout (by name, so that the kernel stays the same from
+            # block to block), numbers for the model's and the run's; an array where a number was
+            # expected makes its own kernel.
+            varying = _per_layout_names() | {a for a, v in values.items() if np.ndim(v) and np.size(v) > 1}
+            kernel, arguments = _kernel(sums.names, frozenset(varying))
             arrays = self._arrays.get(id(tables))
             if arrays is None or arrays[0] is not tables:
                 arrays = self._arrays[id(tables)] = (tables, *_tables(tables))
@@ -164,7 +178,8 @@ class FusedPricer(StagePricer):
             if pipelines.index is None:
                 index = np.broadcast_to(index, (m,))
             kernel(index, *arrays[1:], bottleneck[rows], total_sum[rows],
-                   *(_as_array(values[a], m) for a in arguments))
+                   *(_as_array(values[a], m) if a in varying else float(np.asarray(values[a]).reshape(-1)[0])
+                     for a in arguments))
         return StagePrices(bottleneck=bottleneck, sum=total_sum, stages=None)
 
 

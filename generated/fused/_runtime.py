@@ -31,7 +31,8 @@ __all__ = ["element", "kernel", "prepare"]
 kernel = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 #: One element of a stage formula, for the fused pricer's kernels (``codegen.pricing.fused``): the same
-#: statements as the loop body, compiled into the caller (LLVM inlines them).
+#: statements as the loop body on numbers: the caller passes a layout's values, and what every layout
+#: shares as plain numbers, so that LLVM hoists what they alone decide out of the caller's loop.
 element = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 

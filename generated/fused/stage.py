@@ -150,8 +150,8 @@ def _stage_tp_dense_layer(out, b, comm_t, comm_tp_overlap, cp, h, hff, level_bou
 
 
 @_runtime.element
-def _stage_tp_dense_layer_at(i, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_dense_layer_at(b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -204,8 +204,8 @@ def _stage_tp_dense_selective_layer(out, b, comm_t, comm_tp_overlap, cp, gather,
 
 
 @_runtime.element
-def _stage_tp_dense_selective_layer_at(i, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(b[i]*comm_t[i]*gather[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_dense_selective_layer_at(b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -258,8 +258,8 @@ def _stage_tp_dense_full_again(out, b, comm_t, comm_tp_overlap, cp, h, hff, leve
 
 
 @_runtime.element
-def _stage_tp_dense_full_again_at(i, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_dense_full_again_at(b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -312,8 +312,8 @@ def _stage_tp_dense_selective_again(out, b, comm_t, comm_tp_overlap, cp, gather,
 
 
 @_runtime.element
-def _stage_tp_dense_selective_again_at(i, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_dense_selective_again_at(b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -367,8 +367,8 @@ def _stage_ep_balanced_layer(out, b, bytes_compute, comm_ep, cp, ep, h, level_bo
 
 
 @_runtime.element
-def _stage_ep_balanced_layer_at(i, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
-    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+def _stage_ep_balanced_layer_at(b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*numpy.maximum(1, numpy.floor(ep/level_bound_0))
 
 
 def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -419,8 +419,8 @@ def _stage_ep_balanced_full_again(out, b, bytes_compute, comm_ep, cp, ep, h, lev
 
 
 @_runtime.element
-def _stage_ep_balanced_full_again_at(i, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
-    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+def _stage_ep_balanced_full_again_at(b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*numpy.maximum(1, numpy.floor(ep/level_bound_0))
 
 
 def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -471,8 +471,8 @@ def _stage_cp_colossalai_cp_mha_softmax_layer(out, b, bytes_compute, cp, h, leve
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mha_softmax_layer_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_mha_softmax_layer_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -521,8 +521,8 @@ def _stage_cp_colossalai_cp_mha_softmax_full_again(out, b, bytes_compute, cp, h,
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mha_softmax_full_again_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mha_softmax_full_again_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -571,8 +571,8 @@ def _stage_cp_colossalai_cp_mha_softmax_selective_again(out, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mha_softmax_selective_again_at(i, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mha_softmax_selective_again_at(b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -639,25 +639,25 @@ def _stage_dp_standard_dense_zero_layer(out, a, attn_extra_p, attn_output_gate, 
 
 
 @_runtime.element
-def _stage_dp_standard_dense_zero_layer_at(i, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dh[i]*n_kv[i]
-    tmp2 = 0.5*n_attMM[i]
-    tmp3 = 2*n_qknorm[i]
-    tmp4 = h[i]*o_bias[i]
-    tmp5 = a[i]*dh[i]
-    tmp6 = h[i]*tmp5
-    tmp7 = 0.25*n_attMM[i]
-    tmp8 = attn_output_gate[i] + 1
-    tmp9 = qkv_bias[i]*tmp8
-    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-    tmp12 = (zero3_non_exp[i] == 1)
-    tmp13 = (dh[i] != 0)
-    tmp15 = n_kv[i]/a[i]
-    tmp16 = (h[i]*h[i])
-    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-    tmp19 = (zero2_non_exp[i] == 1)
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))
+def _stage_dp_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp19 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))
 
 
 def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -763,25 +763,25 @@ def _stage_dp_unconverted_standard_dense_zero_layer(out, a, attn_extra_p, attn_o
 
 
 @_runtime.element
-def _stage_dp_unconverted_standard_dense_zero_layer_at(i, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dh[i]*n_kv[i]
-    tmp2 = 0.5*n_attMM[i]
-    tmp3 = 2*n_qknorm[i]
-    tmp4 = h[i]*o_bias[i]
-    tmp5 = a[i]*dh[i]
-    tmp6 = h[i]*tmp5
-    tmp7 = 0.25*n_attMM[i]
-    tmp8 = attn_output_gate[i] + 1
-    tmp9 = qkv_bias[i]*tmp8
-    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-    tmp12 = (zero3_non_exp[i] == 1)
-    tmp13 = (dh[i] != 0)
-    tmp15 = n_kv[i]/a[i]
-    tmp16 = (h[i]*h[i])
-    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-    tmp19 = (zero2_non_exp[i] == 1)
-    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))
+def _stage_dp_unconverted_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp19 = (zero2_non_exp == 1)
+    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))
 
 
 def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
@@ -863,8 +863,8 @@ def _stage_cp_colossalai_cp_mha_linear_layer(out, a, cp, dh, h, level_bound_0, s
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mha_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_mha_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -912,8 +912,8 @@ def _stage_cp_colossalai_cp_mha_linear_full_again(out, a, cp, dh, h, level_bound
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mha_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mha_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -961,8 +961,8 @@ def _stage_cp_colossalai_cp_mha_linear_selective_again(out, a, cp, dh, gather, h
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mha_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mha_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1011,8 +1011,8 @@ def _stage_cp_hybrid_cp_mha_softmax_layer(out, b, bytes_compute, cp, h, level_bo
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mha_softmax_layer_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_mha_softmax_layer_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1061,8 +1061,8 @@ def _stage_cp_hybrid_cp_mha_softmax_full_again(out, b, bytes_compute, cp, h, lev
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mha_softmax_full_again_at(i, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mha_softmax_full_again_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1111,8 +1111,8 @@ def _stage_cp_hybrid_cp_mha_softmax_selective_again(out, b, bytes_compute, cp, g
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mha_softmax_selective_again_at(i, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mha_softmax_selective_again_at(b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1162,8 +1162,8 @@ def _stage_cp_hybrid_cp_mha_linear_layer(out, a, cp, dh, h, level_bound_0, score
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mha_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_mha_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1211,8 +1211,8 @@ def _stage_cp_hybrid_cp_mha_linear_full_again(out, a, cp, dh, h, level_bound_0, 
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mha_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mha_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1260,8 +1260,8 @@ def _stage_cp_hybrid_cp_mha_linear_selective_again(out, a, cp, dh, gather, h, le
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mha_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mha_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1310,8 +1310,8 @@ def _stage_cp_ulysses_cp_mha_softmax_layer(out, a, b, bytes_compute, cp, dh, h, 
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mha_softmax_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_mha_softmax_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1363,8 +1363,8 @@ def _stage_cp_ulysses_cp_mha_softmax_full_again(out, a, b, bytes_compute, cp, dh
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mha_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mha_softmax_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1416,8 +1416,8 @@ def _stage_cp_ulysses_cp_mha_softmax_selective_again(out, a, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mha_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mha_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1470,8 +1470,8 @@ def _stage_cp_ulysses_cp_mha_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mha_linear_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_mha_linear_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1523,8 +1523,8 @@ def _stage_cp_ulysses_cp_mha_linear_full_again(out, a, b, bytes_compute, cp, dh,
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mha_linear_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mha_linear_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1576,8 +1576,8 @@ def _stage_cp_ulysses_cp_mha_linear_selective_again(out, a, b, bytes_compute, cp
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mha_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mha_linear_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1630,8 +1630,8 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, 
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_gqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1683,8 +1683,8 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp,
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_gqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1736,8 +1736,8 @@ def _stage_cp_colossalai_cp_gqa_softmax_selective_again(out, a, b, bytes_compute
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_gqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1790,8 +1790,8 @@ def _stage_cp_colossalai_cp_gqa_linear_layer(out, a, cp, dh, h, level_bound_0, s
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_gqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_gqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1839,8 +1839,8 @@ def _stage_cp_colossalai_cp_gqa_linear_full_again(out, a, cp, dh, h, level_bound
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_gqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_gqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1888,8 +1888,8 @@ def _stage_cp_colossalai_cp_gqa_linear_selective_again(out, a, cp, dh, gather, h
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_gqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_gqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1938,8 +1938,8 @@ def _stage_cp_hybrid_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, leve
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_gqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1991,8 +1991,8 @@ def _stage_cp_hybrid_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp, dh,
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_gqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2044,8 +2044,8 @@ def _stage_cp_hybrid_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_gqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2098,8 +2098,8 @@ def _stage_cp_hybrid_cp_gqa_linear_layer(out, a, cp, dh, h, level_bound_0, score
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_gqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_gqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2147,8 +2147,8 @@ def _stage_cp_hybrid_cp_gqa_linear_full_again(out, a, cp, dh, h, level_bound_0, 
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_gqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_gqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2196,8 +2196,8 @@ def _stage_cp_hybrid_cp_gqa_linear_selective_again(out, a, cp, dh, gather, h, le
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_gqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_gqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2246,8 +2246,8 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, h, 
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_gqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2300,8 +2300,8 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp, dh
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_gqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2354,8 +2354,8 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_gqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2410,8 +2410,8 @@ def _stage_cp_ulysses_cp_gqa_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_gqa_linear_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_gqa_linear_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2464,8 +2464,8 @@ def _stage_cp_ulysses_cp_gqa_linear_full_again(out, a, b, bytes_compute, cp, dh,
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_gqa_linear_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_gqa_linear_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2518,8 +2518,8 @@ def _stage_cp_ulysses_cp_gqa_linear_selective_again(out, a, b, bytes_compute, cp
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_gqa_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_gqa_linear_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2574,8 +2574,8 @@ def _stage_cp_colossalai_cp_mqa_softmax_layer(out, b, bytes_compute, cp, dh, lev
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mqa_softmax_layer_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_mqa_softmax_layer_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2624,8 +2624,8 @@ def _stage_cp_colossalai_cp_mqa_softmax_full_again(out, b, bytes_compute, cp, dh
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mqa_softmax_full_again_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mqa_softmax_full_again_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2674,8 +2674,8 @@ def _stage_cp_colossalai_cp_mqa_softmax_selective_again(out, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mqa_softmax_selective_again_at(i, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mqa_softmax_selective_again_at(b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2725,8 +2725,8 @@ def _stage_cp_colossalai_cp_mqa_linear_layer(out, a, cp, dh, h, level_bound_0, s
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_mqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2774,8 +2774,8 @@ def _stage_cp_colossalai_cp_mqa_linear_full_again(out, a, cp, dh, h, level_bound
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2823,8 +2823,8 @@ def _stage_cp_colossalai_cp_mqa_linear_selective_again(out, a, cp, dh, gather, h
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2873,8 +2873,8 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer(out, b, bytes_compute, cp, dh, level_b
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mqa_softmax_layer_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_mqa_softmax_layer_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2923,8 +2923,8 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again(out, b, bytes_compute, cp, dh, le
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mqa_softmax_full_again_at(i, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mqa_softmax_full_again_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2973,8 +2973,8 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again(out, b, bytes_compute, cp, d
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mqa_softmax_selective_again_at(i, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mqa_softmax_selective_again_at(b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3024,8 +3024,8 @@ def _stage_cp_hybrid_cp_mqa_linear_layer(out, a, cp, dh, h, level_bound_0, score
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mqa_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_mqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3073,8 +3073,8 @@ def _stage_cp_hybrid_cp_mqa_linear_full_again(out, a, cp, dh, h, level_bound_0, 
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mqa_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3122,8 +3122,8 @@ def _stage_cp_hybrid_cp_mqa_linear_selective_again(out, a, cp, dh, gather, h, le
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mqa_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3172,8 +3172,8 @@ def _stage_cp_ulysses_cp_mqa_softmax_layer(out, a, b, bytes_compute, cp, dh, h, 
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mqa_softmax_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_mqa_softmax_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3225,8 +3225,8 @@ def _stage_cp_ulysses_cp_mqa_softmax_full_again(out, a, b, bytes_compute, cp, dh
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mqa_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3278,8 +3278,8 @@ def _stage_cp_ulysses_cp_mqa_softmax_selective_again(out, a, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mqa_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3332,8 +3332,8 @@ def _stage_cp_ulysses_cp_mqa_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mqa_linear_layer_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_mqa_linear_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3385,8 +3385,8 @@ def _stage_cp_ulysses_cp_mqa_linear_full_again(out, a, b, bytes_compute, cp, dh,
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mqa_linear_full_again_at(i, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mqa_linear_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3438,8 +3438,8 @@ def _stage_cp_ulysses_cp_mqa_linear_selective_again(out, a, b, bytes_compute, cp
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mqa_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mqa_linear_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3492,8 +3492,8 @@ def _stage_cp_colossalai_cp_mla_softmax_layer(out, b, bytes_compute, cp, dh, dhr
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mla_softmax_layer_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_mla_softmax_layer_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3544,8 +3544,8 @@ def _stage_cp_colossalai_cp_mla_softmax_full_again(out, b, bytes_compute, cp, dh
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mla_softmax_full_again_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mla_softmax_full_again_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3596,8 +3596,8 @@ def _stage_cp_colossalai_cp_mla_softmax_selective_again(out, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mla_softmax_selective_again_at(i, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mla_softmax_selective_again_at(b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3650,8 +3650,8 @@ def _stage_cp_colossalai_cp_mla_linear_layer(out, a, cp, dh, h, level_bound_0, s
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mla_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_colossalai_cp_mla_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3699,8 +3699,8 @@ def _stage_cp_colossalai_cp_mla_linear_full_again(out, a, cp, dh, h, level_bound
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mla_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mla_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3748,8 +3748,8 @@ def _stage_cp_colossalai_cp_mla_linear_selective_again(out, a, cp, dh, gather, h
 
 
 @_runtime.element
-def _stage_cp_colossalai_cp_mla_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_colossalai_cp_mla_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3798,8 +3798,8 @@ def _stage_cp_hybrid_cp_mla_softmax_layer(out, b, bytes_compute, cp, dh, dhr, le
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mla_softmax_layer_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_mla_softmax_layer_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3850,8 +3850,8 @@ def _stage_cp_hybrid_cp_mla_softmax_full_again(out, b, bytes_compute, cp, dh, dh
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mla_softmax_full_again_at(i, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mla_softmax_full_again_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3902,8 +3902,8 @@ def _stage_cp_hybrid_cp_mla_softmax_selective_again(out, b, bytes_compute, cp, d
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mla_softmax_selective_again_at(i, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mla_softmax_selective_again_at(b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3956,8 +3956,8 @@ def _stage_cp_hybrid_cp_mla_linear_layer(out, a, cp, dh, h, level_bound_0, score
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mla_linear_layer_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_hybrid_cp_mla_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -4005,8 +4005,8 @@ def _stage_cp_hybrid_cp_mla_linear_full_again(out, a, cp, dh, h, level_bound_0, 
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mla_linear_full_again_at(i, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mla_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -4054,8 +4054,8 @@ def _stage_cp_hybrid_cp_mla_linear_selective_again(out, a, cp, dh, gather, h, le
 
 
 @_runtime.element
-def _stage_cp_hybrid_cp_mla_linear_selective_again_at(i, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_hybrid_cp_mla_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -4105,9 +4105,9 @@ def _stage_cp_ulysses_cp_mla_softmax_layer(out, a, b, bytes_compute, cp, dh, dhr
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mla_softmax_layer_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_mla_softmax_layer_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4162,9 +4162,9 @@ def _stage_cp_ulysses_cp_mla_softmax_full_again(out, a, b, bytes_compute, cp, dh
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mla_softmax_full_again_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mla_softmax_full_again_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4219,9 +4219,9 @@ def _stage_cp_ulysses_cp_mla_softmax_selective_again(out, a, b, bytes_compute, c
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mla_softmax_selective_again_at(i, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mla_softmax_selective_again_at(a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4278,9 +4278,9 @@ def _stage_cp_ulysses_cp_mla_linear_layer(out, a, b, bytes_compute, cp, dh, dhr,
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mla_linear_layer_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    return score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+def _stage_cp_ulysses_cp_mla_linear_layer_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4335,9 +4335,9 @@ def _stage_cp_ulysses_cp_mla_linear_full_again(out, a, b, bytes_compute, cp, dh,
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mla_linear_full_again_at(i, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mla_linear_full_again_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4392,9 +4392,9 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again(out, a, b, bytes_compute, cp
 
 
 @_runtime.element
-def _stage_cp_ulysses_cp_mla_linear_selective_again_at(i, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    return 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+def _stage_cp_ulysses_cp_mla_linear_selective_again_at(a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -4450,8 +4450,8 @@ def _stage_ep_imbalanced_layer(out, bytes_compute, comm_ep, ep, h, level_bound_0
 
 
 @_runtime.element
-def _stage_ep_imbalanced_layer_at(i, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
-    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+def _stage_ep_imbalanced_layer_at(bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*numpy.maximum(1, numpy.floor(ep/level_bound_0))
 
 
 def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
@@ -4499,8 +4499,8 @@ def _stage_ep_imbalanced_full_again(out, bytes_compute, comm_ep, ep, h, level_bo
 
 
 @_runtime.element
-def _stage_ep_imbalanced_full_again_at(i, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
-    return stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+def _stage_ep_imbalanced_full_again_at(bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*numpy.maximum(1, numpy.floor(ep/level_bound_0))
 
 
 def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
@@ -4553,13 +4553,13 @@ def _stage_dp_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_output_gate, 
 
 
 @_runtime.element
-def _stage_dp_standard_dense_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    tmp4 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    tmp5 = a[i]*tmp4
-    tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
-    return 0.25*(score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
+def _stage_dp_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp4 = (dh if (dh != 0) else h/a)
+    tmp5 = a*tmp4
+    tmp6 = n_attMM*(h + qkv_bias)
+    return 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
 
 
 def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -4650,13 +4650,13 @@ def _stage_dp_fsdp_untied_embedding(out, bytes_grad, bytes_p, comm_dp_overlap, c
 
 
 @_runtime.element
-def _stage_dp_fsdp_untied_embedding_at(i, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
-    tmp0 = 1/numpy.maximum(1, gather_embed[i])
-    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
-    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
-    tmp3 = 1/m[i]
-    tmp4 = numpy.maximum(1, d[i]*tmp0)
-    return h[i]*score_factor_dp[i]*stage_cost_scale[i]*tmp1*v[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
+def _stage_dp_fsdp_untied_embedding_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
 
 
 def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -4719,10 +4719,10 @@ def _stage_dp_fsdp_output(out, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m
 
 
 @_runtime.element
-def _stage_dp_fsdp_output_at(i, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return score_factor_dp[i]*stage_cost_scale[i]*v[i]*(1 - comm_dp_overlap[i])*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
+def _stage_dp_fsdp_output_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
 
 
 def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -4785,13 +4785,13 @@ def _stage_dp_unconverted_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_o
 
 
 @_runtime.element
-def _stage_dp_unconverted_standard_dense_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    tmp4 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    tmp5 = a[i]*tmp4
-    tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
-    return 0.25*((2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
+def _stage_dp_unconverted_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp4 = (dh if (dh != 0) else h/a)
+    tmp5 = a*tmp4
+    tmp6 = n_attMM*(h + qkv_bias)
+    return 0.25*((2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
 
 
 def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -4877,13 +4877,13 @@ def _stage_dp_unconverted_fsdp_untied_embedding(out, bytes_grad, bytes_p, cp, d,
 
 
 @_runtime.element
-def _stage_dp_unconverted_fsdp_untied_embedding_at(i, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    tmp0 = 1/numpy.maximum(1, gather_embed[i])
-    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
-    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
-    tmp3 = 1/m[i]
-    tmp4 = numpy.maximum(1, d[i]*tmp0)
-    return h[i]*tmp1*v[i]*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
+def _stage_dp_unconverted_fsdp_untied_embedding_at(bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return h*tmp1*v*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
 
 
 def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -4942,10 +4942,10 @@ def _stage_dp_unconverted_fsdp_output(out, bytes_grad, bytes_p, cp, d, h, m, res
 
 
 @_runtime.element
-def _stage_dp_unconverted_fsdp_output_at(i, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return v[i]*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
+def _stage_dp_unconverted_fsdp_output_at(bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return v*(h + 1)*(2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
 
 
 def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -5003,13 +5003,13 @@ def _stage_dp_reduced_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_outpu
 
 
 @_runtime.element
-def _stage_dp_reduced_standard_dense_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    tmp2 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    tmp3 = h[i] + qkv_bias[i]
-    tmp4 = a[i]*tmp2
-    tmp5 = 0.25*n_attMM[i]
-    return 2*bytes_grad[i]*(tmp1 - 1)*(attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*tmp5*(o_bias[i] + tmp4) + 0.5*(n_attMM[i]*n_kv[i]*tmp2*tmp3) + 2*n_qknorm[i]*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+def _stage_dp_reduced_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp2 = (dh if (dh != 0) else h/a)
+    tmp3 = h + qkv_bias
+    tmp4 = a*tmp2
+    tmp5 = 0.25*n_attMM
+    return 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -5084,11 +5084,11 @@ def _stage_dp_reduced_fsdp_untied_embedding(out, bytes_grad, cp, d, gather_embed
 
 
 @_runtime.element
-def _stage_dp_reduced_fsdp_untied_embedding_at(i, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    tmp0 = 1/numpy.maximum(1, gather_embed[i])
-    tmp1 = numpy.maximum(1, d[i]*tmp0)
-    tmp2 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
-    return bytes_grad[i]*h[i]*tmp2*v[i]*(2*tmp1 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
+def _stage_dp_reduced_fsdp_untied_embedding_at(bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = numpy.maximum(1, d*tmp0)
+    tmp2 = 1/numpy.maximum(1, shard_embed*tmp0)
+    return bytes_grad*h*tmp2*v*(2*tmp1 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
 
 
 def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -5141,9 +5141,9 @@ def _stage_dp_reduced_fsdp_output(out, bytes_grad, cp, d, h, m, shard_p_os_non_e
 
 
 @_runtime.element
-def _stage_dp_reduced_fsdp_output_at(i, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return bytes_grad[i]*(2*tmp1 - 2)*(h[i]*v[i] + v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+def _stage_dp_reduced_fsdp_output_at(bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return bytes_grad*(2*tmp1 - 2)*(h*v + v)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -5197,13 +5197,13 @@ def _stage_dp_fsdp_tied_embedding(out, bytes_grad, bytes_p, comm_dp_overlap, cp,
 
 
 @_runtime.element
-def _stage_dp_fsdp_tied_embedding_at(i, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
-    tmp0 = 1/numpy.maximum(1, gather_embed[i])
-    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
-    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
-    tmp3 = 1/m[i]
-    tmp4 = numpy.maximum(1, d[i]*tmp0)
-    return score_factor_dp[i]*stage_cost_scale[i]*tmp1*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
+def _stage_dp_fsdp_tied_embedding_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*(0 if (p <= 1) else h*v)/tmp2
 
 
 def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -5271,13 +5271,13 @@ def _stage_dp_unconverted_fsdp_tied_embedding(out, bytes_grad, bytes_p, cp, d, g
 
 
 @_runtime.element
-def _stage_dp_unconverted_fsdp_tied_embedding_at(i, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    tmp0 = 1/numpy.maximum(1, gather_embed[i])
-    tmp1 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
-    tmp2 = numpy.maximum(1, shard_embed[i]*tmp1)
-    tmp3 = 1/m[i]
-    tmp4 = numpy.maximum(1, d[i]*tmp0)
-    return tmp1*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
+def _stage_dp_unconverted_fsdp_tied_embedding_at(bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return tmp1*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*(0 if (p <= 1) else h*v)/tmp2
 
 
 def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -5338,11 +5338,11 @@ def _stage_dp_reduced_fsdp_tied_embedding(out, bytes_grad, cp, d, gather_embed, 
 
 
 @_runtime.element
-def _stage_dp_reduced_fsdp_tied_embedding_at(i, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    tmp0 = 1/numpy.maximum(1, gather_embed[i])
-    tmp1 = numpy.maximum(1, d[i]*tmp0)
-    tmp2 = 1/numpy.maximum(1, shard_embed[i]*tmp0)
-    return bytes_grad[i]*tmp2*(2*tmp1 - 2)*(0 if (p[i] <= 1) else h[i]*v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
+def _stage_dp_reduced_fsdp_tied_embedding_at(bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = numpy.maximum(1, d*tmp0)
+    tmp2 = 1/numpy.maximum(1, shard_embed*tmp0)
+    return bytes_grad*tmp2*(2*tmp1 - 2)*(0 if (p <= 1) else h*v)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
 
 
 def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -5395,8 +5395,8 @@ def _stage_tp_moe_layer(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, 
 
 
 @_runtime.element
-def _stage_tp_moe_layer_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_moe_layer_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -5455,8 +5455,8 @@ def _stage_tp_moe_selective_layer(out, bytes_compute, comm_t, comm_tp_overlap, c
 
 
 @_runtime.element
-def _stage_tp_moe_selective_layer_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(bytes_compute[i]*comm_t[i]*gather[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_moe_selective_layer_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -5515,8 +5515,8 @@ def _stage_tp_moe_full_again(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep
 
 
 @_runtime.element
-def _stage_tp_moe_full_again_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_moe_full_again_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -5575,8 +5575,8 @@ def _stage_tp_moe_selective_again(out, bytes_compute, comm_t, comm_tp_overlap, c
 
 
 @_runtime.element
-def _stage_tp_moe_selective_again_at(i, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    return 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+def _stage_tp_moe_selective_again_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -5664,36 +5664,36 @@ def _stage_dp_standard_moe_zero_layer(out, a, attn_extra_p, attn_output_gate, co
 
 
 @_runtime.element
-def _stage_dp_standard_moe_zero_layer_at(i, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dh[i]*n_kv[i]
-    tmp2 = 0.5*n_attMM[i]
-    tmp3 = 2*n_qknorm[i]
-    tmp4 = h[i]*o_bias[i]
-    tmp5 = a[i]*dh[i]
-    tmp6 = h[i]*tmp5
-    tmp7 = 0.25*n_attMM[i]
-    tmp8 = attn_output_gate[i] + 1
-    tmp9 = qkv_bias[i]*tmp8
-    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-    tmp12 = (zero3_non_exp[i] == 1)
-    tmp13 = (dh[i] != 0)
-    tmp15 = n_kv[i]/a[i]
-    tmp16 = (h[i]*h[i])
-    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-    tmp18 = (zero3_exp[i] == 1)
-    tmp19 = (n_shared_exp[i] != 0)
-    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+def _stage_dp_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
     tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp27 = 1/(cp*ep*t_exp)
     tmp28 = tmp24*tmp27
     tmp29 = tmp23*tmp27
-    tmp30 = (zero2_non_exp[i] == 1)
-    tmp31 = (zero2_exp[i] == 1)
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0))))
+    tmp30 = (zero2_non_exp == 1)
+    tmp31 = (zero2_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp30) else (tmp17 + tmp17/cp if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp31 else 0))))
 
 
 def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5835,36 +5835,36 @@ def _stage_dp_unconverted_standard_moe_zero_layer(out, a, attn_extra_p, attn_out
 
 
 @_runtime.element
-def _stage_dp_unconverted_standard_moe_zero_layer_at(i, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dh[i]*n_kv[i]
-    tmp2 = 0.5*n_attMM[i]
-    tmp3 = 2*n_qknorm[i]
-    tmp4 = h[i]*o_bias[i]
-    tmp5 = a[i]*dh[i]
-    tmp6 = h[i]*tmp5
-    tmp7 = 0.25*n_attMM[i]
-    tmp8 = attn_output_gate[i] + 1
-    tmp9 = qkv_bias[i]*tmp8
-    tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-    tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-    tmp12 = (zero3_non_exp[i] == 1)
-    tmp13 = (dh[i] != 0)
-    tmp15 = n_kv[i]/a[i]
-    tmp16 = (h[i]*h[i])
-    tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-    tmp18 = (zero3_exp[i] == 1)
-    tmp19 = (n_shared_exp[i] != 0)
-    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+def _stage_dp_unconverted_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
     tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp27 = 1/(cp*ep*t_exp)
     tmp28 = tmp24*tmp27
     tmp29 = tmp23*tmp27
-    tmp30 = (zero2_non_exp[i] == 1)
-    tmp31 = (zero2_exp[i] == 1)
-    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0)))
+    tmp30 = (zero2_non_exp == 1)
+    tmp31 = (zero2_exp == 1)
+    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp30) else (tmp17 + tmp17/cp if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp31 else 0)))
 
 
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5993,28 +5993,28 @@ def _stage_dp_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_output_gate, by
 
 
 @_runtime.element
-def _stage_dp_standard_moe_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
-    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
-    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
-    tmp4 = tmp3/t_exp[i]
-    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
-    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
-    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
-    tmp11 = cp[i]*d[i]
-    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
-    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
-    tmp14 = 2*tmp13/t_exp[i]
-    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp18 = 4*h[i]
-    tmp19 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    tmp20 = a[i]*tmp19
-    tmp21 = n_attMM[i]*(h[i] + qkv_bias[i])
-    tmp22 = (4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp20) + layer_norms[i]*tmp18*(norm_bias[i] + 1) + n_exp[i]*tmp18 + 2*n_kv[i]*tmp19*tmp21 + 8*n_qknorm[i]*tmp19 + tmp20*tmp21*(attn_output_gate[i] + 1))/(t[i]*tmp17)
-    tmp23 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
+def _stage_dp_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = 2*tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = 4*h
+    tmp19 = (dh if (dh != 0) else h/a)
+    tmp20 = a*tmp19
+    tmp21 = n_attMM*(h + qkv_bias)
+    tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17)
+    tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
 
 
 def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -6141,27 +6141,27 @@ def _stage_dp_unconverted_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_out
 
 
 @_runtime.element
-def _stage_dp_unconverted_standard_moe_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
-    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
-    tmp4 = tmp3/t_exp[i]
-    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
-    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
-    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
-    tmp11 = cp[i]*d[i]
-    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
-    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
-    tmp14 = 2*tmp13/t_exp[i]
-    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp18 = 4*h[i]
-    tmp19 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    tmp20 = a[i]*tmp19
-    tmp21 = n_attMM[i]*(h[i] + qkv_bias[i])
-    tmp22 = (4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp20) + layer_norms[i]*tmp18*(norm_bias[i] + 1) + n_exp[i]*tmp18 + 2*n_kv[i]*tmp19*tmp21 + 8*n_qknorm[i]*tmp19 + tmp20*tmp21*(attn_output_gate[i] + 1))/(t[i]*tmp17)
-    tmp23 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+def _stage_dp_unconverted_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = 2*tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = 4*h
+    tmp19 = (dh if (dh != 0) else h/a)
+    tmp20 = a*tmp19
+    tmp21 = n_attMM*(h + qkv_bias)
+    tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17)
+    tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
     return tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
 
 
@@ -6273,18 +6273,18 @@ def _stage_dp_reduced_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_output_
 
 
 @_runtime.element
-def _stage_dp_reduced_standard_moe_fsdp_layer_at(i, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    tmp1 = cp[i]*d[i]
-    tmp2 = numpy.maximum(1, t_exp[i]*tmp1/shard_p_os_exp_partial[i])
-    tmp3 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp4 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp5 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp8 = numpy.maximum(1, t[i]*tmp1/shard_p_os_non_exp_partial[i])
-    tmp9 = 4*h[i]
-    tmp10 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
-    tmp11 = a[i]*tmp10
-    tmp12 = n_attMM[i]*(h[i] + qkv_bias[i])
-    return 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp11) + layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_exp[i]*tmp9 + 2*n_kv[i]*tmp10*tmp12 + 8*n_qknorm[i]*tmp10 + tmp11*tmp12*(attn_output_gate[i] + 1))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+def _stage_dp_reduced_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp*d
+    tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+    tmp3 = h*hff_exp*n_ffMM
+    tmp4 = hff_exp*(n_ffMM - 1)
+    tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+    tmp9 = 4*h
+    tmp10 = (dh if (dh != 0) else h/a)
+    tmp11 = a*tmp10
+    tmp12 = n_attMM*(h + qkv_bias)
+    return 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1) + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 + tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1, etp))/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
 
 
 def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
@@ -6389,26 +6389,26 @@ def _stage_dp_mla_q_latent_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
 
 
 @_runtime.element
-def _stage_dp_mla_q_latent_dense_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv[i]*n_kv[i]
-    tmp2 = a[i]*dc_q[i]
-    tmp3 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-    tmp4 = 0.25*n_attMM[i]
-    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-    tmp6 = 2*dh[i]
-    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-    tmp8 = n_qknorm[i]*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t[i]
-    tmp10 = (zero3_non_exp[i] == 1)
-    tmp11 = (dh[i] != 0)
-    tmp12 = (qk_nope_head_dim[i] != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t[i]
-    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp16 = (tmp15 + tmp5)/t[i]
-    tmp17 = (tmp13 + tmp15)/t[i]
-    tmp19 = (zero2_non_exp[i] == 1)
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
+def _stage_dp_mla_q_latent_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*dc_q
+    tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))))
 
 
 def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -6528,26 +6528,26 @@ def _stage_dp_unconverted_mla_q_latent_dense_zero_layer(out, a, cp, dc_kv, dc_q,
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_at(i, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv[i]*n_kv[i]
-    tmp2 = a[i]*dc_q[i]
-    tmp3 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-    tmp4 = 0.25*n_attMM[i]
-    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-    tmp6 = 2*dh[i]
-    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-    tmp8 = n_qknorm[i]*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t[i]
-    tmp10 = (zero3_non_exp[i] == 1)
-    tmp11 = (dh[i] != 0)
-    tmp12 = (qk_nope_head_dim[i] != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t[i]
-    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp16 = (tmp15 + tmp5)/t[i]
-    tmp17 = (tmp13 + tmp15)/t[i]
-    tmp19 = (zero2_non_exp[i] == 1)
-    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
+def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_at(a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*dc_q
+    tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))))
 
 
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -6648,12 +6648,12 @@ def _stage_dp_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp
 
 
 @_runtime.element
-def _stage_dp_mla_q_latent_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp4 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp3) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
-    tmp5 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
+def _stage_dp_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp5 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp4*(2*tmp5 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
 
 
 def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -6740,12 +6740,12 @@ def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, byte
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp4 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp3) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
-    tmp5 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
+def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp5 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return bytes_grad*tmp4*(2*tmp5 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
 
 
 def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -6824,10 +6824,10 @@ def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, cp, d, d
 
 
 @_runtime.element
-def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer_at(i, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    tmp2 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    return bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp2) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp2) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp2 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -6926,37 +6926,37 @@ def _stage_dp_mla_q_latent_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dc
 
 
 @_runtime.element
-def _stage_dp_mla_q_latent_moe_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp0 = (zero3_exp[i] == 1)
-    tmp1 = (n_shared_exp[i] != 0)
-    tmp2 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp3 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp5 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp3/numpy.maximum(1, etp[i])) + tmp2/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp3) + tmp2)
-    tmp6 = h[i]*shared_expert_gate[i] + tmp5
+def _stage_dp_mla_q_latent_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp0 = (zero3_exp == 1)
+    tmp1 = (n_shared_exp != 0)
+    tmp2 = h*hff_exp*n_ffMM
+    tmp3 = hff_exp*(n_ffMM - 1)
+    tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+    tmp6 = h*shared_expert_gate + tmp5
     tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
-    tmp9 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp9 = 1/(cp*ep*t_exp)
     tmp10 = tmp6*tmp9
     tmp11 = tmp5*tmp9
-    tmp13 = dc_kv[i]*n_kv[i]
-    tmp14 = a[i]*dc_q[i]
-    tmp15 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-    tmp16 = 0.25*n_attMM[i]
-    tmp17 = tmp16*(tmp13*(dh[i] + qk_nope_head_dim[i]) + tmp14*(dhr[i] + qk_nope_head_dim[i]) + tmp15)
-    tmp18 = 2*dh[i]
-    tmp19 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-    tmp20 = n_qknorm[i]*tmp18 + tmp19
-    tmp21 = (tmp17 + tmp20)/t[i]
-    tmp22 = (zero3_non_exp[i] == 1)
-    tmp23 = (dh[i] != 0)
-    tmp24 = (qk_nope_head_dim[i] != 0)
-    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh[i] + dhr[i]) + tmp15)
-    tmp26 = (tmp20 + tmp25)/t[i]
-    tmp27 = tmp19 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp28 = (tmp17 + tmp27)/t[i]
-    tmp29 = (tmp25 + tmp27)/t[i]
-    tmp30 = (zero2_exp[i] == 1)
-    tmp32 = (zero2_non_exp[i] == 1)
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0)))))
+    tmp13 = dc_kv*n_kv
+    tmp14 = a*dc_q
+    tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp16 = 0.25*n_attMM
+    tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+    tmp18 = 2*dh
+    tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp20 = n_qknorm*tmp18 + tmp19
+    tmp21 = (tmp17 + tmp20)/t
+    tmp22 = (zero3_non_exp == 1)
+    tmp23 = (dh != 0)
+    tmp24 = (qk_nope_head_dim != 0)
+    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+    tmp26 = (tmp20 + tmp25)/t
+    tmp27 = tmp19 + 2*h*n_qknorm/a
+    tmp28 = (tmp17 + tmp27)/t
+    tmp29 = (tmp25 + tmp27)/t
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep, t_exp) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep, t_exp) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp if (tmp23 and tmp32) else (tmp28 + tmp28/cp if (tmp24 and tmp32) else (tmp29 + tmp29/cp if tmp32 else 0)))))
 
 
 def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7110,37 +7110,37 @@ def _stage_dp_unconverted_mla_q_latent_moe_zero_layer(out, a, cp, dc_kv, dc_q, d
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_latent_moe_zero_layer_at(i, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp0 = (zero3_exp[i] == 1)
-    tmp1 = (n_shared_exp[i] != 0)
-    tmp2 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp3 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp5 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp3/numpy.maximum(1, etp[i])) + tmp2/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp3) + tmp2)
-    tmp6 = h[i]*shared_expert_gate[i] + tmp5
+def _stage_dp_unconverted_mla_q_latent_moe_zero_layer_at(a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp0 = (zero3_exp == 1)
+    tmp1 = (n_shared_exp != 0)
+    tmp2 = h*hff_exp*n_ffMM
+    tmp3 = hff_exp*(n_ffMM - 1)
+    tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+    tmp6 = h*shared_expert_gate + tmp5
     tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
-    tmp9 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp9 = 1/(cp*ep*t_exp)
     tmp10 = tmp6*tmp9
     tmp11 = tmp5*tmp9
-    tmp13 = dc_kv[i]*n_kv[i]
-    tmp14 = a[i]*dc_q[i]
-    tmp15 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-    tmp16 = 0.25*n_attMM[i]
-    tmp17 = tmp16*(tmp13*(dh[i] + qk_nope_head_dim[i]) + tmp14*(dhr[i] + qk_nope_head_dim[i]) + tmp15)
-    tmp18 = 2*dh[i]
-    tmp19 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-    tmp20 = n_qknorm[i]*tmp18 + tmp19
-    tmp21 = (tmp17 + tmp20)/t[i]
-    tmp22 = (zero3_non_exp[i] == 1)
-    tmp23 = (dh[i] != 0)
-    tmp24 = (qk_nope_head_dim[i] != 0)
-    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh[i] + dhr[i]) + tmp15)
-    tmp26 = (tmp20 + tmp25)/t[i]
-    tmp27 = tmp19 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp28 = (tmp17 + tmp27)/t[i]
-    tmp29 = (tmp25 + tmp27)/t[i]
-    tmp30 = (zero2_exp[i] == 1)
-    tmp32 = (zero2_non_exp[i] == 1)
-    return (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0))))
+    tmp13 = dc_kv*n_kv
+    tmp14 = a*dc_q
+    tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp16 = 0.25*n_attMM
+    tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+    tmp18 = 2*dh
+    tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp20 = n_qknorm*tmp18 + tmp19
+    tmp21 = (tmp17 + tmp20)/t
+    tmp22 = (zero3_non_exp == 1)
+    tmp23 = (dh != 0)
+    tmp24 = (qk_nope_head_dim != 0)
+    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+    tmp26 = (tmp20 + tmp25)/t
+    tmp27 = tmp19 + 2*h*n_qknorm/a
+    tmp28 = (tmp17 + tmp27)/t
+    tmp29 = (tmp25 + tmp27)/t
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep, t_exp) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep, t_exp) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp if (tmp23 and tmp32) else (tmp28 + tmp28/cp if (tmp24 and tmp32) else (tmp29 + tmp29/cp if tmp32 else 0))))
 
 
 def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7276,25 +7276,25 @@ def _stage_dp_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp_o
 
 
 @_runtime.element
-def _stage_dp_mla_q_latent_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
-    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
-    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
-    tmp4 = tmp3/t_exp[i]
-    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
-    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
-    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
-    tmp11 = cp[i]*d[i]
-    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
-    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
-    tmp14 = tmp13/t_exp[i]
-    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp18 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp19 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp18) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp18) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
-    tmp20 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+def _stage_dp_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
 
 
 def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -7415,24 +7415,24 @@ def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, bytes_
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
-    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
-    tmp4 = tmp3/t_exp[i]
-    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
-    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
-    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
-    tmp11 = cp[i]*d[i]
-    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
-    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
-    tmp14 = tmp13/t_exp[i]
-    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp18 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp19 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp18) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp18) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
-    tmp20 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
     return tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
 
 
@@ -7539,16 +7539,16 @@ def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, cp, d, d_e
 
 
 @_runtime.element
-def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_at(i, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    tmp1 = cp[i]*d[i]
-    tmp2 = numpy.maximum(1, t_exp[i]*tmp1/shard_p_os_exp_partial[i])
-    tmp3 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp4 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp5 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp8 = numpy.maximum(1, t[i]*tmp1/shard_p_os_non_exp_partial[i])
-    tmp9 = 4*h[i]
-    tmp10 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    return 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp10) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp10) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp*d
+    tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+    tmp3 = h*hff_exp*n_ffMM
+    tmp4 = hff_exp*(n_ffMM - 1)
+    tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+    tmp9 = 4*h
+    tmp10 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 + 8*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1, etp))/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
 
 
 def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
@@ -7651,26 +7651,26 @@ def _stage_dp_mla_q_direct_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
 
 
 @_runtime.element
-def _stage_dp_mla_q_direct_dense_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv[i]*n_kv[i]
-    tmp2 = a[i]*h[i]
-    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-    tmp4 = 0.25*n_attMM[i]
-    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-    tmp6 = 2*dh[i]
-    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-    tmp8 = n_qknorm[i]*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t[i]
-    tmp10 = (zero3_non_exp[i] == 1)
-    tmp11 = (dh[i] != 0)
-    tmp12 = (qk_nope_head_dim[i] != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t[i]
-    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp16 = (tmp15 + tmp5)/t[i]
-    tmp17 = (tmp13 + tmp15)/t[i]
-    tmp19 = (zero2_non_exp[i] == 1)
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
+def _stage_dp_mla_q_direct_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))))
 
 
 def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -7787,26 +7787,26 @@ def _stage_dp_unconverted_mla_q_direct_dense_zero_layer(out, a, cp, dc_kv, dh, d
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_direct_dense_zero_layer_at(i, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv[i]*n_kv[i]
-    tmp2 = a[i]*h[i]
-    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-    tmp4 = 0.25*n_attMM[i]
-    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-    tmp6 = 2*dh[i]
-    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-    tmp8 = n_qknorm[i]*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t[i]
-    tmp10 = (zero3_non_exp[i] == 1)
-    tmp11 = (dh[i] != 0)
-    tmp12 = (qk_nope_head_dim[i] != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t[i]
-    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp16 = (tmp15 + tmp5)/t[i]
-    tmp17 = (tmp13 + tmp15)/t[i]
-    tmp19 = (zero2_non_exp[i] == 1)
-    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
+def _stage_dp_unconverted_mla_q_direct_dense_zero_layer_at(a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))))
 
 
 def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -7904,13 +7904,13 @@ def _stage_dp_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp
 
 
 @_runtime.element
-def _stage_dp_mla_q_direct_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = a[i]*h[i]
-    tmp4 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp5 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp4) + dc_kv[i] + dh[i]*tmp3 + h[i]*(dc_kv[i] + dhr[i]) + tmp3*(dhr[i] + tmp4))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
-    tmp6 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
+def _stage_dp_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = a*h
+    tmp4 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp6 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp5*(2*tmp6 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
 
 
 def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -7997,13 +7997,13 @@ def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, byte
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp3 = a[i]*h[i]
-    tmp4 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp5 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp4) + dc_kv[i] + dh[i]*tmp3 + h[i]*(dc_kv[i] + dhr[i]) + tmp3*(dhr[i] + tmp4))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1)
-    tmp6 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    return bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
+def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = a*h
+    tmp4 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp6 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return bytes_grad*tmp5*(2*tmp6 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
 
 
 def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -8082,11 +8082,11 @@ def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, cp, d, d
 
 
 @_runtime.element
-def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_at(i, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
-    tmp2 = a[i]*h[i]
-    tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    return bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i]) + tmp2*(dhr[i] + tmp3))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp2 = a*h
+    tmp3 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -8183,37 +8183,37 @@ def _stage_dp_mla_q_direct_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dh
 
 
 @_runtime.element
-def _stage_dp_mla_q_direct_moe_zero_layer_at(i, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dc_kv[i]*n_kv[i]
-    tmp2 = a[i]*h[i]
-    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-    tmp4 = 0.25*n_attMM[i]
-    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-    tmp6 = 2*dh[i]
-    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-    tmp8 = n_qknorm[i]*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t[i]
-    tmp10 = (zero3_non_exp[i] == 1)
-    tmp11 = (dh[i] != 0)
-    tmp12 = (qk_nope_head_dim[i] != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t[i]
-    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp16 = (tmp15 + tmp5)/t[i]
-    tmp17 = (tmp13 + tmp15)/t[i]
-    tmp18 = (zero3_exp[i] == 1)
-    tmp19 = (n_shared_exp[i] != 0)
-    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+def _stage_dp_mla_q_direct_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
     tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp27 = 1/(cp*ep*t_exp)
     tmp28 = tmp24*tmp27
     tmp29 = tmp23*tmp27
-    tmp30 = (zero2_exp[i] == 1)
-    tmp32 = (zero2_non_exp[i] == 1)
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0)))))
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp if (tmp11 and tmp32) else (tmp16 + tmp16/cp if (tmp12 and tmp32) else (tmp17 + tmp17/cp if tmp32 else 0)))))
 
 
 def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -8363,37 +8363,37 @@ def _stage_dp_unconverted_mla_q_direct_moe_zero_layer(out, a, cp, dc_kv, dh, dhr
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_at(i, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dc_kv[i]*n_kv[i]
-    tmp2 = a[i]*h[i]
-    tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-    tmp4 = 0.25*n_attMM[i]
-    tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-    tmp6 = 2*dh[i]
-    tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-    tmp8 = n_qknorm[i]*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t[i]
-    tmp10 = (zero3_non_exp[i] == 1)
-    tmp11 = (dh[i] != 0)
-    tmp12 = (qk_nope_head_dim[i] != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t[i]
-    tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-    tmp16 = (tmp15 + tmp5)/t[i]
-    tmp17 = (tmp13 + tmp15)/t[i]
-    tmp18 = (zero3_exp[i] == 1)
-    tmp19 = (n_shared_exp[i] != 0)
-    tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-    tmp24 = h[i]*shared_expert_gate[i] + tmp23
+def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_at(a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
     tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
+    tmp27 = 1/(cp*ep*t_exp)
     tmp28 = tmp24*tmp27
     tmp29 = tmp23*tmp27
-    tmp30 = (zero2_exp[i] == 1)
-    tmp32 = (zero2_non_exp[i] == 1)
-    return (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0))))
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp if (tmp11 and tmp32) else (tmp16 + tmp16/cp if (tmp12 and tmp32) else (tmp17 + tmp17/cp if tmp32 else 0))))
 
 
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -8526,26 +8526,26 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp_o
 
 
 @_runtime.element
-def _stage_dp_mla_q_direct_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
-    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
-    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
-    tmp4 = tmp3/t_exp[i]
-    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
-    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
-    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
-    tmp11 = cp[i]*d[i]
-    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
-    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
-    tmp14 = tmp13/t_exp[i]
-    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp18 = a[i]*h[i]
-    tmp19 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp20 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp19) + dc_kv[i] + dh[i]*tmp18 + h[i]*(dc_kv[i] + dhr[i]) + tmp18*(dhr[i] + tmp19))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
-    tmp21 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
-    return score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+def _stage_dp_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = a*h
+    tmp19 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
 
 
 def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -8665,25 +8665,25 @@ def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, bytes_
 
 
 @_runtime.element
-def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer_at(i, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    tmp1 = numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])
-    tmp3 = bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i])
-    tmp4 = tmp3/t_exp[i]
-    tmp5 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp6 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp7 = (n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp6) + tmp5) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/tmp1
-    tmp8 = numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])
-    tmp10 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp6/numpy.maximum(1, etp[i])) + tmp5/numpy.maximum(1, etp[i]))/(ep[i]*tmp8)
-    tmp11 = cp[i]*d[i]
-    tmp12 = numpy.maximum(1, t_exp[i]*tmp11/shard_p_os_exp_partial[i])
-    tmp13 = bytes_grad[i]*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
-    tmp14 = tmp13/t_exp[i]
-    tmp15 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i])
-    tmp18 = a[i]*h[i]
-    tmp19 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    tmp20 = (h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i] + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp19) + dc_kv[i] + dh[i]*tmp18 + h[i]*(dc_kv[i] + dhr[i]) + tmp18*(dhr[i] + tmp19))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp17)
-    tmp21 = numpy.maximum(1, t[i]*tmp11/shard_p_os_non_exp_partial[i])
+def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = a*h
+    tmp19 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
     return tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
 
 
@@ -8789,17 +8789,17 @@ def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, cp, d, d_e
 
 
 @_runtime.element
-def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer_at(i, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    tmp1 = cp[i]*d[i]
-    tmp2 = numpy.maximum(1, t_exp[i]*tmp1/shard_p_os_exp_partial[i])
-    tmp3 = h[i]*hff_exp[i]*n_ffMM[i]
-    tmp4 = hff_exp[i]*(n_ffMM[i] - 1)
-    tmp5 = numpy.maximum(1, cp[i]*d_exp[i]*t_exp[i]/shard_p_os_exp[i])
-    tmp8 = numpy.maximum(1, t[i]*tmp1/shard_p_os_non_exp_partial[i])
-    tmp9 = 4*h[i]
-    tmp10 = a[i]*h[i]
-    tmp11 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
-    return 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp11) + dc_kv[i] + dh[i]*tmp10 + h[i]*(dc_kv[i] + dhr[i]) + tmp10*(dhr[i] + tmp11)) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp*d
+    tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+    tmp3 = h*hff_exp*n_ffMM
+    tmp4 = hff_exp*(n_ffMM - 1)
+    tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+    tmp9 = 4*h
+    tmp10 = a*h
+    tmp11 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 + 8*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1, etp))/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
 
 
 def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
