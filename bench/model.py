@@ -28,13 +28,18 @@ round so that a slow spell of the machine hits each alike:
   costs.
 * ``generated_checked``: as ``generated``, with every layout checked again
   (``validated=False``, the pricer's default for layouts of unknown origin).
+* ``fused``: ``codegen.pricing.fused.FusedPricer`` on all N layouts, called as
+  ``generated`` is (``validated=True``; derived fields as there), the terms,
+  groups, stage tables, bottleneck and sum in one numba kernel per variant
+  (compiled before the clock, on the comparison call). Left out, with a note,
+  when numba is not installed.
 
 Before timing, the bottleneck of every way is compared with the pricer's on the
 subset (relative 1e-9). Prints a table, then one JSON line::
 
-    {"n": N, "rates": {"scalar_walk": R, "generated": R},
+    {"n": N, "rates": {"scalar_walk": R, "generated": R, "fused": R},
      "models": {"qwen3-72b": {"scalar_walk": R, "generated": R, "generated_n1000": R,
-                              "generated_checked": R}, "deepseek-v3": {…}}}
+                              "generated_checked": R, "fused": R}, "deepseek-v3": {…}}}
 
 with rates in layouts per second (``rates`` repeats qwen3-72b).
 
@@ -60,6 +65,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from codegen.configs.layouts import LayoutBatch, build_stages, derive_fields, validate_batch  # noqa: E402
 from codegen.configs.models import ModelConfig, load_model  # noqa: E402
+from codegen.pricing import fused as fused_pricer  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
 from codegen.reference.walk import walk  # noqa: E402
 
@@ -154,6 +160,17 @@ def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict
                                err_msg=f"{name}: chunked and whole calls disagree")
     ways = {"scalar_walk": (scalar_walk, k), "generated": (generated, n), "generated_n1000": (generated_n1000, n),
             "generated_checked": (generated_checked, n)}
+    if fused_pricer.available():
+        fast = fused_pricer.FusedPricer(model, device="A2")
+
+        def fused() -> np.ndarray:
+            return fast(**arrays, validated=True).bottleneck
+
+        got = fast(**arrays)  # compiles (or loads) the kernels before the clock
+        np.testing.assert_allclose(got.bottleneck, want, rtol=1e-12, atol=0, err_msg=f"{name}: fused and NumPy disagree")
+        np.testing.assert_allclose(got.sum, pricer(**arrays).sum, rtol=1e-12, atol=0,
+                                   err_msg=f"{name}: fused and NumPy sums disagree")
+        ways["fused"] = (fused, n)
     times: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(repeat):  # alternately, so that every way sees the same state of the machine
         for way, (fn, _count) in ways.items():
@@ -173,15 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     models = {name: _model_rates(name, args.n, args.walk_n, args.repeat, args.seed) for name in MODELS}
     print(f"{args.n:,} random valid layouts per model (scalar walk on {min(args.walk_n, args.n):,}), device A2, "
           f"FLOP path; layouts per second, median of {args.repeat} alternated rounds")
-    print(f"{'model':<12} {'scalar_walk':>14} {'generated':>14} {'generated_n1000':>16} {'n1000/n':>8} {'gen/walk':>9} "
-          f"{'checked':>14}")
+    if not fused_pricer.available():
+        print("fused: left out (numba is not installed: pip install -e '.[fast]')")
+    print(f"{'model':<12} {'scalar_walk':>14} {'generated':>14} {'generated_n1000':>16} {'fused':>14} {'n1000/n':>8} "
+          f"{'fused/gen':>9} {'gen/walk':>9} {'checked':>14}")
     for name, rates in models.items():
+        fast = rates.get("fused", float("nan"))
         print(f"{name:<12} {rates['scalar_walk']:>14,.0f} {rates['generated']:>14,.0f} "
-              f"{rates['generated_n1000']:>16,.0f} {rates['generated_n1000'] / rates['generated']:>8.2f} "
-              f"{rates['generated'] / rates['scalar_walk']:>9,.0f} {rates['generated_checked']:>14,.0f}")
+              f"{rates['generated_n1000']:>16,.0f} {fast:>14,.0f} {rates['generated_n1000'] / rates['generated']:>8.2f} "
+              f"{fast / rates['generated']:>9.2f} {rates['generated'] / rates['scalar_walk']:>9,.0f} "
+              f"{rates['generated_checked']:>14,.0f}")
     first = models[MODELS[0]]
     print(json.dumps({"n": args.n,
-                      "rates": {"scalar_walk": round(first["scalar_walk"], 1), "generated": round(first["generated"], 1)},
+                      "rates": {way: round(first[way], 1) for way in ("scalar_walk", "generated", "fused") if way in first},
                       "models": {name: {w: round(r, 1) for w, r in rates.items()} for name, rates in models.items()}}))
     return 0
 

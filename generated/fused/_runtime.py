@@ -23,12 +23,17 @@ except ImportError as exc:  # the fused target is optional; generated/ (NumPy) n
     raise ImportError("generated.fused needs numba: pip install -e '.[fast]', or use generated "
                       "(the NumPy target)") from exc
 
-__all__ = ["kernel", "prepare"]
+__all__ = ["element", "kernel", "prepare"]
 
 #: Compiled on first call and cached on disk (``__pycache__``). error_model="numpy": a division by
 #: zero gives inf or nan as in NumPy rather than raising; no fastmath, so every operation rounds as
 #: IEEE 754 says and the numbers match the NumPy target's to rounding.
 kernel = numba.njit(cache=True, error_model="numpy", nogil=True)
+
+#: One element of a stage formula, for the fused pricer's kernels (``codegen.pricing.fused``): the same
+#: statements as the loop body on numbers: the caller passes a layout's values, and what every layout
+#: shares as plain numbers, so that LLVM hoists what they alone decide out of the caller's loop.
+element = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 
 def prepare(function: str, names: tuple[str, ...], values: tuple[object, ...]):

@@ -149,6 +149,11 @@ def _stage_tp_dense_layer(out, b, comm_t, comm_tp_overlap, cp, h, hff, level_bou
         out[i] = 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_dense_layer_at(b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
+
+
 def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     """TP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
@@ -196,6 +201,11 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
 def _stage_tp_dense_selective_layer(out, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(b[i]*comm_t[i]*gather[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_dense_selective_layer_at(b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -247,6 +257,11 @@ def _stage_tp_dense_full_again(out, b, comm_t, comm_tp_overlap, cp, h, hff, leve
         out[i] = 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_dense_full_again_at(b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
+
+
 def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     """TP volume that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
@@ -294,6 +309,11 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
 def _stage_tp_dense_selective_again(out, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(b[i]*comm_t[i]*n_gather[i]*s[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i] + hff[i])*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_dense_selective_again_at(b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -346,6 +366,11 @@ def _stage_ep_balanced_layer(out, b, bytes_compute, comm_ep, cp, ep, h, level_bo
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_ep_balanced_layer_at(b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*numpy.maximum(1, numpy.floor(ep/level_bound_0))
+
+
 def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
     """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -391,6 +416,11 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
 def _stage_ep_balanced_full_again(out, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
     for i in range(out.shape[0]):
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*b[i]*bytes_compute[i]*comm_ep[i]*h[i]*n_chosen_exp[i]*s[i]*(ep[i] - 1)/(cp[i]*ep[i]))*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_ep_balanced_full_again_at(b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*numpy.maximum(1, numpy.floor(ep/level_bound_0))
 
 
 def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -440,6 +470,11 @@ def _stage_cp_colossalai_cp_mha_softmax_layer(out, b, bytes_compute, cp, h, leve
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_softmax_layer_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -485,6 +520,11 @@ def _stage_cp_colossalai_cp_mha_softmax_full_again(out, b, bytes_compute, cp, h,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_softmax_full_again_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -528,6 +568,11 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
 def _stage_cp_colossalai_cp_mha_softmax_selective_again(out, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_softmax_selective_again_at(b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -584,6 +629,28 @@ def _stage_dp_standard_dense_zero_layer(out, a, attn_extra_p, attn_output_gate, 
         tmp8 = h[i]/a[i]
         tmp9 = (dh[i]*tmp0 + dh[i]*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias[i] + tmp1) + tmp7 if (dh[i] != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h[i] + o_bias[i]) + tmp5*tmp8 + tmp7)/t[i]
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0))
+
+
+@_runtime.element
+def _stage_dp_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp19 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))
 
 
 def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -681,6 +748,28 @@ def _stage_dp_unconverted_standard_dense_zero_layer(out, a, attn_extra_p, attn_o
         out[i] = (tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0)
 
 
+@_runtime.element
+def _stage_dp_unconverted_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp19 = (zero2_non_exp == 1)
+    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))
+
+
 def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -759,6 +848,11 @@ def _stage_cp_colossalai_cp_mha_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -803,6 +897,11 @@ def _stage_cp_colossalai_cp_mha_linear_full_again(out, a, cp, dh, h, level_bound
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -845,6 +944,11 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
 def _stage_cp_colossalai_cp_mha_linear_selective_again(out, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mha_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -892,6 +996,11 @@ def _stage_cp_hybrid_cp_mha_softmax_layer(out, b, bytes_compute, cp, h, level_bo
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_softmax_layer_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -937,6 +1046,11 @@ def _stage_cp_hybrid_cp_mha_softmax_full_again(out, b, bytes_compute, cp, h, lev
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_softmax_full_again_at(b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -980,6 +1094,11 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
 def _stage_cp_hybrid_cp_mha_softmax_selective_again(out, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*h[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_softmax_selective_again_at(b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1028,6 +1147,11 @@ def _stage_cp_hybrid_cp_mha_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1070,6 +1194,11 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_mha_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1116,6 +1245,11 @@ def _stage_cp_hybrid_cp_mha_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mha_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1159,6 +1293,11 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
 def _stage_cp_ulysses_cp_mha_softmax_layer(out, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_softmax_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1209,6 +1348,11 @@ def _stage_cp_ulysses_cp_mha_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_softmax_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1255,6 +1399,11 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
 def _stage_cp_ulysses_cp_mha_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1306,6 +1455,11 @@ def _stage_cp_ulysses_cp_mha_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_linear_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1354,6 +1508,11 @@ def _stage_cp_ulysses_cp_mha_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_linear_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1400,6 +1559,11 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
 def _stage_cp_ulysses_cp_mha_linear_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + h[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mha_linear_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + h)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -1451,6 +1615,11 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, 
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1499,6 +1668,11 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1545,6 +1719,11 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
 def _stage_cp_colossalai_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1596,6 +1775,11 @@ def _stage_cp_colossalai_cp_gqa_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1638,6 +1822,11 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
 def _stage_cp_colossalai_cp_gqa_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1684,6 +1873,11 @@ def _stage_cp_colossalai_cp_gqa_linear_selective_again(out, a, cp, dh, gather, h
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_gqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1727,6 +1921,11 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
 def _stage_cp_hybrid_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1777,6 +1976,11 @@ def _stage_cp_hybrid_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1823,6 +2027,11 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
 def _stage_cp_hybrid_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)*(numpy.minimum(a, n_kv) if (n_kv > 0) else a)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -1874,6 +2083,11 @@ def _stage_cp_hybrid_cp_gqa_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -1916,6 +2130,11 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_gqa_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -1962,6 +2181,11 @@ def _stage_cp_hybrid_cp_gqa_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_gqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2005,6 +2229,11 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
 def _stage_cp_ulysses_cp_gqa_softmax_layer(out, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2056,6 +2285,11 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2103,6 +2337,11 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
 def _stage_cp_ulysses_cp_gqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2156,6 +2395,11 @@ def _stage_cp_ulysses_cp_gqa_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_linear_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2205,6 +2449,11 @@ def _stage_cp_ulysses_cp_gqa_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_linear_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2252,6 +2501,11 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
 def _stage_cp_ulysses_cp_gqa_linear_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i]*(numpy.minimum(a[i], n_kv[i]) if (n_kv[i] > 0) else a[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_gqa_linear_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh*(numpy.minimum(a, n_kv) if (n_kv > 0) else a))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -2305,6 +2559,11 @@ def _stage_cp_colossalai_cp_mqa_softmax_layer(out, b, bytes_compute, cp, dh, lev
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_softmax_layer_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2350,6 +2609,11 @@ def _stage_cp_colossalai_cp_mqa_softmax_full_again(out, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_softmax_full_again_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2393,6 +2657,11 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
 def _stage_cp_colossalai_cp_mqa_softmax_selective_again(out, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_softmax_selective_again_at(b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2441,6 +2710,11 @@ def _stage_cp_colossalai_cp_mqa_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2485,6 +2759,11 @@ def _stage_cp_colossalai_cp_mqa_linear_full_again(out, a, cp, dh, h, level_bound
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2527,6 +2806,11 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
 def _stage_cp_colossalai_cp_mqa_linear_selective_again(out, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2574,6 +2858,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer(out, b, bytes_compute, cp, dh, level_b
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_softmax_layer_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2619,6 +2908,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again(out, b, bytes_compute, cp, dh, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_softmax_full_again_at(b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2662,6 +2956,11 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
 def _stage_cp_hybrid_cp_mqa_softmax_selective_again(out, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*dh[i]*s[i]*(cp[i] - 1)/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_softmax_selective_again_at(b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2710,6 +3009,11 @@ def _stage_cp_hybrid_cp_mqa_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2752,6 +3056,11 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_mqa_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -2798,6 +3107,11 @@ def _stage_cp_hybrid_cp_mqa_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mqa_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2841,6 +3155,11 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
 def _stage_cp_ulysses_cp_mqa_softmax_layer(out, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_softmax_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2891,6 +3210,11 @@ def _stage_cp_ulysses_cp_mqa_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -2937,6 +3261,11 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
 def _stage_cp_ulysses_cp_mqa_softmax_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_softmax_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -2988,6 +3317,11 @@ def _stage_cp_ulysses_cp_mqa_linear_layer(out, a, b, bytes_compute, cp, dh, h, l
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_linear_layer_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3036,6 +3370,11 @@ def _stage_cp_ulysses_cp_mqa_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_linear_full_again_at(a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3082,6 +3421,11 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
 def _stage_cp_ulysses_cp_mqa_linear_selective_again(out, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 4*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + dh[i])/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mqa_linear_selective_again_at(a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 4*b*bytes_compute*s*(cp - 1)*(a*(dh if (dh != 0) else h/a) + dh)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -3133,6 +3477,11 @@ def _stage_cp_colossalai_cp_mla_softmax_layer(out, b, bytes_compute, cp, dh, dhr
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_softmax_layer_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3180,6 +3529,11 @@ def _stage_cp_colossalai_cp_mla_softmax_full_again(out, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_softmax_full_again_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3225,6 +3579,11 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
 def _stage_cp_colossalai_cp_mla_softmax_selective_again(out, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_softmax_selective_again_at(b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3276,6 +3635,11 @@ def _stage_cp_colossalai_cp_mla_linear_layer(out, a, cp, dh, h, level_bound_0, s
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3318,6 +3682,11 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
 def _stage_cp_colossalai_cp_mla_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3364,6 +3733,11 @@ def _stage_cp_colossalai_cp_mla_linear_selective_again(out, a, cp, dh, gather, h
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_colossalai_cp_mla_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3407,6 +3781,11 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
 def _stage_cp_hybrid_cp_mla_softmax_layer(out, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_softmax_layer_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3456,6 +3835,11 @@ def _stage_cp_hybrid_cp_mla_softmax_full_again(out, b, bytes_compute, cp, dh, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_softmax_full_again_at(b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3501,6 +3885,11 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
 def _stage_cp_hybrid_cp_mla_softmax_selective_again(out, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*n_kv[i]*s[i]*(cp[i] - 1)*(2*dh[i] + dhr[i])/(cp[i]*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_softmax_selective_again_at(b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3552,6 +3941,11 @@ def _stage_cp_hybrid_cp_mla_linear_layer(out, a, cp, dh, h, level_bound_0, score
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_linear_layer_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3594,6 +3988,11 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
 def _stage_cp_hybrid_cp_mla_linear_full_again(out, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_linear_full_again_at(a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -3640,6 +4039,11 @@ def _stage_cp_hybrid_cp_mla_linear_selective_again(out, a, cp, dh, gather, h, le
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 8*a[i]*((dh[i]*dh[i]) if (dh[i] != 0) else (h[i]*h[i])/(a[i]*a[i]))/t[i])*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_hybrid_cp_mla_linear_selective_again_at(a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 8*a*((dh*dh) if (dh != 0) else (h*h)/(a*a))/t)*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3684,6 +4088,12 @@ def _stage_cp_ulysses_cp_mla_softmax_layer(out, a, b, bytes_compute, cp, dh, dhr
     for i in range(out.shape[0]):
         tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_softmax_layer_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3737,6 +4147,12 @@ def _stage_cp_ulysses_cp_mla_softmax_full_again(out, a, b, bytes_compute, cp, dh
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_softmax_full_again_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3786,6 +4202,12 @@ def _stage_cp_ulysses_cp_mla_softmax_selective_again(out, a, b, bytes_compute, c
     for i in range(out.shape[0]):
         tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_softmax_selective_again_at(a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3841,6 +4263,12 @@ def _stage_cp_ulysses_cp_mla_linear_layer(out, a, b, bytes_compute, cp, dh, dhr,
         out[i] = score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_linear_layer_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0))
+
+
 def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3892,6 +4320,12 @@ def _stage_cp_ulysses_cp_mla_linear_full_again(out, a, b, bytes_compute, cp, dh,
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
 
 
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_linear_full_again_at(a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
+
+
 def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
@@ -3941,6 +4375,12 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again(out, a, b, bytes_compute, cp
     for i in range(out.shape[0]):
         tmp0 = (dh[i] if (dh[i] != 0) else h[i]/a[i])
         out[i] = 0.5*(score_factor_cp[i]*stage_cost_scale[i]*(1 - gather[i])*(0 if (cp[i] <= 1) else 2*b[i]*bytes_compute[i]*s[i]*(cp[i] - 1)*(a[i]*tmp0 + a[i]*(dhr[i] + tmp0) + n_kv[i]*(2*dh[i] + dhr[i]))/((cp[i]*cp[i])*t[i]))*numpy.maximum(1, numpy.floor(cp[i]/level_bound_0[i])))
+
+
+@_runtime.element
+def _stage_cp_ulysses_cp_mla_linear_selective_again_at(a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
+    tmp0 = (dh if (dh != 0) else h/a)
+    return 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*(0 if (cp <= 1) else 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp/level_bound_0)))
 
 
 def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -3995,6 +4435,11 @@ def _stage_ep_imbalanced_layer(out, bytes_compute, comm_ep, ep, h, level_bound_0
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
 
 
+@_runtime.element
+def _stage_ep_imbalanced_layer_at(bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*numpy.maximum(1, numpy.floor(ep/level_bound_0))
+
+
 def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
     """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
@@ -4037,6 +4482,11 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
 def _stage_ep_imbalanced_full_again(out, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
     for i in range(out.shape[0]):
         out[i] = stage_cost_scale[i]*(0 if ((comm_ep[i] == 0) or (ep[i] <= 1)) else 2*bytes_compute[i]*comm_ep[i]*h[i]*max_rank_tokens[i]*(ep[i] - 1)/ep[i])*numpy.maximum(1, numpy.floor(ep[i]/level_bound_0[i]))
+
+
+@_runtime.element
+def _stage_ep_imbalanced_full_again_at(bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
+    return stage_cost_scale*(0 if ((comm_ep == 0) or (ep <= 1)) else 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*numpy.maximum(1, numpy.floor(ep/level_bound_0))
 
 
 def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
@@ -4086,6 +4536,16 @@ def _stage_dp_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_output_gate, 
         tmp5 = a[i]*tmp4
         tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
         out[i] = 0.25*(score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
+
+
+@_runtime.element
+def _stage_dp_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp4 = (dh if (dh != 0) else h/a)
+    tmp5 = a*tmp4
+    tmp6 = n_attMM*(h + qkv_bias)
+    return 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
 
 
 def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -4175,6 +4635,16 @@ def _stage_dp_fsdp_untied_embedding(out, bytes_grad, bytes_p, comm_dp_overlap, c
         out[i] = h[i]*score_factor_dp[i]*stage_cost_scale[i]*tmp1*v[i]*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
 
 
+@_runtime.element
+def _stage_dp_fsdp_untied_embedding_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
+
+
 def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
     """DP volume that the embedding table adds to its pipeline stage per micro-batch, converted as
     _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
@@ -4234,6 +4704,13 @@ def _stage_dp_fsdp_output(out, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*v[i]*(1 - comm_dp_overlap[i])*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
 
 
+@_runtime.element
+def _stage_dp_fsdp_output_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
+
+
 def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
     """DP volume that the output layer's table adds to its pipeline stage per micro-batch, converted
     as _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
@@ -4291,6 +4768,16 @@ def _stage_dp_unconverted_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_o
         tmp5 = a[i]*tmp4
         tmp6 = n_attMM[i]*(h[i] + qkv_bias[i])
         out[i] = 0.25*((2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))*(4*attn_extra_p[i] + 4*h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_attMM[i]*(o_bias[i] + tmp5) + 2*n_kv[i]*tmp4*tmp6 + 8*n_qknorm[i]*tmp4 + tmp5*tmp6*(attn_output_gate[i] + 1) + 4*(n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))/(t[i]*tmp1))
+
+
+@_runtime.element
+def _stage_dp_unconverted_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp4 = (dh if (dh != 0) else h/a)
+    tmp5 = a*tmp4
+    tmp6 = n_attMM*(h + qkv_bias)
+    return 0.25*((2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
 
 
 def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -4375,6 +4862,16 @@ def _stage_dp_unconverted_fsdp_untied_embedding(out, bytes_grad, bytes_p, cp, d,
         out[i] = h[i]*tmp1*v[i]*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))/tmp2
 
 
+@_runtime.element
+def _stage_dp_unconverted_fsdp_untied_embedding_at(bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return h*tmp1*v*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
+
+
 def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """DP volume that the embedding table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
@@ -4430,6 +4927,13 @@ def _stage_dp_unconverted_fsdp_output(out, bytes_grad, bytes_p, cp, d, h, m, res
         out[i] = v[i]*(h[i] + 1)*(2*bytes_grad[i]*(tmp3 - 1)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp3 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))/(t[i]*tmp1)
 
 
+@_runtime.element
+def _stage_dp_unconverted_fsdp_output_at(bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return v*(h + 1)*(2*bytes_grad*(tmp3 - 1)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
+
+
 def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """DP volume that the output layer's table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
@@ -4482,6 +4986,16 @@ def _stage_dp_reduced_standard_dense_fsdp_layer(out, a, attn_extra_p, attn_outpu
         tmp4 = a[i]*tmp2
         tmp5 = 0.25*n_attMM[i]
         out[i] = 2*bytes_grad[i]*(tmp1 - 1)*(attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*tmp5*(o_bias[i] + tmp4) + 0.5*(n_attMM[i]*n_kv[i]*tmp2*tmp3) + 2*n_qknorm[i]*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp2 = (dh if (dh != 0) else h/a)
+    tmp3 = h + qkv_bias
+    tmp4 = a*tmp2
+    tmp5 = 0.25*n_attMM
+    return 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -4555,6 +5069,14 @@ def _stage_dp_reduced_fsdp_untied_embedding(out, bytes_grad, cp, d, gather_embed
         out[i] = bytes_grad[i]*h[i]*tmp2*v[i]*(2*tmp1 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
 
 
+@_runtime.element
+def _stage_dp_reduced_fsdp_untied_embedding_at(bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = numpy.maximum(1, d*tmp0)
+    tmp2 = 1/numpy.maximum(1, shard_embed*tmp0)
+    return bytes_grad*h*tmp2*v*(2*tmp1 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+
+
 def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """FSDP all-reduce bytes that the embedding table adds to its pipeline stage per micro-batch,
     the part of the FSDP traffic copies of a shard spend all-reducing it.
@@ -4602,6 +5124,12 @@ def _stage_dp_reduced_fsdp_output(out, bytes_grad, cp, d, h, m, shard_p_os_non_e
     for i in range(out.shape[0]):
         tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
         out[i] = bytes_grad[i]*(2*tmp1 - 2)*(h[i]*v[i] + v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_fsdp_output_at(bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return bytes_grad*(2*tmp1 - 2)*(h*v + v)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -4652,6 +5180,16 @@ def _stage_dp_fsdp_tied_embedding(out, bytes_grad, bytes_p, comm_dp_overlap, cp,
         tmp3 = 1/m[i]
         tmp4 = numpy.maximum(1, d[i]*tmp0)
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*tmp1*(1 - comm_dp_overlap[i])*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
+
+
+@_runtime.element
+def _stage_dp_fsdp_tied_embedding_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*(0 if (p <= 1) else h*v)/tmp2
 
 
 def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -4718,6 +5256,16 @@ def _stage_dp_unconverted_fsdp_tied_embedding(out, bytes_grad, bytes_p, cp, d, g
         out[i] = tmp1*(2*bytes_grad[i]*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp4 + (bytes_grad[i] + bytes_p[i]*(reshards[i] + tmp3*(1 - reshards[i])))*(tmp2 - 1))*(0 if (p[i] <= 1) else h[i]*v[i])/tmp2
 
 
+@_runtime.element
+def _stage_dp_unconverted_fsdp_tied_embedding_at(bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = 1/numpy.maximum(1, shard_embed*tmp0)
+    tmp2 = numpy.maximum(1, shard_embed*tmp1)
+    tmp3 = 1/m
+    tmp4 = numpy.maximum(1, d*tmp0)
+    return tmp1*(2*bytes_grad*(tmp4 - 1)*(tmp3 if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*(0 if (p <= 1) else h*v)/tmp2
+
+
 def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """DP volume that the embedding table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
@@ -4775,6 +5323,14 @@ def _stage_dp_reduced_fsdp_tied_embedding(out, bytes_grad, cp, d, gather_embed, 
         out[i] = bytes_grad[i]*tmp2*(2*tmp1 - 2)*(0 if (p[i] <= 1) else h[i]*v[i])*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(tmp1*numpy.maximum(1, shard_embed[i]*tmp2))
 
 
+@_runtime.element
+def _stage_dp_reduced_fsdp_tied_embedding_at(bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
+    tmp0 = 1/numpy.maximum(1, gather_embed)
+    tmp1 = numpy.maximum(1, d*tmp0)
+    tmp2 = 1/numpy.maximum(1, shard_embed*tmp0)
+    return bytes_grad*tmp2*(2*tmp1 - 2)*(0 if (p <= 1) else h*v)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+
+
 def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
     """FSDP all-reduce bytes that the embedding table adds to its pipeline stage per micro-batch,
     the part of the FSDP traffic copies of a shard spend all-reducing it.
@@ -4822,6 +5378,11 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
 def _stage_tp_moe_layer(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_moe_layer_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -4879,6 +5440,11 @@ def _stage_tp_moe_selective_layer(out, bytes_compute, comm_t, comm_tp_overlap, c
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*gather[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_moe_selective_layer_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
+
+
 def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     """TP volume that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
@@ -4934,6 +5500,11 @@ def _stage_tp_moe_full_again(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
 
 
+@_runtime.element
+def _stage_tp_moe_full_again_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
+
+
 def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     """TP volume that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
@@ -4987,6 +5558,11 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
 def _stage_tp_moe_selective_again(out, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
     for i in range(out.shape[0]):
         out[i] = 0.25*(bytes_compute[i]*comm_t[i]*h[i]*n_gather[i]*score_factor_tp[i]*stage_cost_scale[i]*(1 - comm_tp_overlap[i])*(1 - gather[i])*(h[i]*n_attMM[i] + hff_exp[i]*n_ffMM[i]*(n_shared_exp[i] + n_exp[i]/ep[i]))*numpy.maximum(1, numpy.floor(t[i]/level_bound_0[i]))/cp[i])
+
+
+@_runtime.element
+def _stage_tp_moe_selective_again_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
+    return 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*numpy.maximum(1, numpy.floor(t/level_bound_0))/cp)
 
 
 def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -5065,6 +5641,39 @@ def _stage_dp_standard_moe_zero_layer(out, a, attn_extra_p, attn_output_gate, co
         tmp20 = (zero2_exp[i] == 1)
         tmp21 = tmp19 + 1/numpy.maximum(ep[i], t_exp[i])
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(tmp10 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp11 and tmp18) else (tmp17*tmp19 if (tmp11 and tmp12) else (tmp16*tmp19 if tmp11 else 0))) + (0 if (tmp18 and tmp20) else (tmp17*tmp21 if (tmp12 and tmp20) else (tmp16*tmp21 if tmp20 else 0))))
+
+
+@_runtime.element
+def _stage_dp_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp*ep*t_exp)
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_non_exp == 1)
+    tmp31 = (zero2_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp30) else (tmp17 + tmp17/cp if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp31 else 0))))
 
 
 def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5199,6 +5808,39 @@ def _stage_dp_unconverted_standard_moe_zero_layer(out, a, attn_extra_p, attn_out
         out[i] = (tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(tmp10 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp11 and tmp18) else (tmp17*tmp19 if (tmp11 and tmp12) else (tmp16*tmp19 if tmp11 else 0))) + (0 if (tmp18 and tmp20) else (tmp17*tmp21 if (tmp12 and tmp20) else (tmp16*tmp21 if tmp20 else 0)))
 
 
+@_runtime.element
+def _stage_dp_unconverted_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dh*n_kv
+    tmp2 = 0.5*n_attMM
+    tmp3 = 2*n_qknorm
+    tmp4 = h*o_bias
+    tmp5 = a*dh
+    tmp6 = h*tmp5
+    tmp7 = 0.25*n_attMM
+    tmp8 = attn_output_gate + 1
+    tmp9 = qkv_bias*tmp8
+    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
+    tmp12 = (zero3_non_exp == 1)
+    tmp13 = (dh != 0)
+    tmp15 = n_kv/a
+    tmp16 = (h*h)
+    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp*ep*t_exp)
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_non_exp == 1)
+    tmp31 = (zero2_exp == 1)
+    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp30) else (tmp17 + tmp17/cp if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp31 else 0)))
+
+
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -5324,6 +5966,31 @@ def _stage_dp_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_output_gate, by
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
 
 
+@_runtime.element
+def _stage_dp_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = 2*tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = 4*h
+    tmp19 = (dh if (dh != 0) else h/a)
+    tmp20 = a*tmp19
+    tmp21 = n_attMM*(h + qkv_bias)
+    tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17)
+    tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
+
+
 def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -5447,6 +6114,31 @@ def _stage_dp_unconverted_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_out
         out[i] = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
 
 
+@_runtime.element
+def _stage_dp_unconverted_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = 2*tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = 4*h
+    tmp19 = (dh if (dh != 0) else h/a)
+    tmp20 = a*tmp19
+    tmp21 = n_attMM*(h + qkv_bias)
+    tmp22 = (4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1))/(t*tmp17)
+    tmp23 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
+
+
 def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -5554,6 +6246,21 @@ def _stage_dp_reduced_standard_moe_fsdp_layer(out, a, attn_extra_p, attn_output_
         out[i] = 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(4*attn_extra_p[i] + h[i]*n_attMM[i]*(o_bias[i] + tmp11) + layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_exp[i]*tmp9 + 2*n_kv[i]*tmp10*tmp12 + 8*n_qknorm[i]*tmp10 + tmp11*tmp12*(attn_output_gate[i] + 1))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
 
 
+@_runtime.element
+def _stage_dp_reduced_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp*d
+    tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+    tmp3 = h*hff_exp*n_ffMM
+    tmp4 = hff_exp*(n_ffMM - 1)
+    tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+    tmp9 = 4*h
+    tmp10 = (dh if (dh != 0) else h/a)
+    tmp11 = a*tmp10
+    tmp12 = n_attMM*(h + qkv_bias)
+    return 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1) + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 + tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1, etp))/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+
+
 def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
     its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
@@ -5648,6 +6355,29 @@ def _stage_dp_mla_q_latent_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
         tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
         tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0))
+
+
+@_runtime.element
+def _stage_dp_mla_q_latent_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*dc_q
+    tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))))
 
 
 def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -5761,6 +6491,29 @@ def _stage_dp_unconverted_mla_q_latent_dense_zero_layer(out, a, cp, dc_kv, dc_q,
         out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0)
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_at(a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*dc_q
+    tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))))
+
+
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -5858,6 +6611,15 @@ def _stage_dp_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
 
 
+@_runtime.element
+def _stage_dp_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp5 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp4*(2*tmp5 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
+
+
 def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -5941,6 +6703,15 @@ def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, byte
         out[i] = bytes_grad[i]*tmp4*(2*tmp5 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp5 + tmp4*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp4 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp3) + a*dh*h + dc_kv*n_kv*(dh + tmp3) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp5 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return bytes_grad*tmp4*(2*tmp5 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp5 + tmp4*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+
+
 def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6014,6 +6785,13 @@ def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer(out, a, bytes_grad, cp, d, d
         tmp1 = numpy.maximum(1, cp[i]*d[i]*t[i]/shard_p_os_non_exp_partial[i])
         tmp2 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
         out[i] = bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp2) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp2) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i]))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp2 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -6105,6 +6883,40 @@ def _stage_dp_mla_q_latent_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dc
         tmp23 = (zero2_exp[i] == 1)
         tmp24 = tmp22 + 1/numpy.maximum(ep[i], t_exp[i])
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0))))
+
+
+@_runtime.element
+def _stage_dp_mla_q_latent_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp0 = (zero3_exp == 1)
+    tmp1 = (n_shared_exp != 0)
+    tmp2 = h*hff_exp*n_ffMM
+    tmp3 = hff_exp*(n_ffMM - 1)
+    tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+    tmp6 = h*shared_expert_gate + tmp5
+    tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
+    tmp9 = 1/(cp*ep*t_exp)
+    tmp10 = tmp6*tmp9
+    tmp11 = tmp5*tmp9
+    tmp13 = dc_kv*n_kv
+    tmp14 = a*dc_q
+    tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp16 = 0.25*n_attMM
+    tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+    tmp18 = 2*dh
+    tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp20 = n_qknorm*tmp18 + tmp19
+    tmp21 = (tmp17 + tmp20)/t
+    tmp22 = (zero3_non_exp == 1)
+    tmp23 = (dh != 0)
+    tmp24 = (qk_nope_head_dim != 0)
+    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+    tmp26 = (tmp20 + tmp25)/t
+    tmp27 = tmp19 + 2*h*n_qknorm/a
+    tmp28 = (tmp17 + tmp27)/t
+    tmp29 = (tmp25 + tmp27)/t
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep, t_exp) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep, t_exp) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp if (tmp23 and tmp32) else (tmp28 + tmp28/cp if (tmp24 and tmp32) else (tmp29 + tmp29/cp if tmp32 else 0)))))
 
 
 def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -6253,6 +7065,40 @@ def _stage_dp_unconverted_mla_q_latent_moe_zero_layer(out, a, cp, dc_kv, dc_q, d
         out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0)))
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_moe_zero_layer_at(a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp0 = (zero3_exp == 1)
+    tmp1 = (n_shared_exp != 0)
+    tmp2 = h*hff_exp*n_ffMM
+    tmp3 = hff_exp*(n_ffMM - 1)
+    tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+    tmp6 = h*shared_expert_gate + tmp5
+    tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
+    tmp9 = 1/(cp*ep*t_exp)
+    tmp10 = tmp6*tmp9
+    tmp11 = tmp5*tmp9
+    tmp13 = dc_kv*n_kv
+    tmp14 = a*dc_q
+    tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp16 = 0.25*n_attMM
+    tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
+    tmp18 = 2*dh
+    tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp20 = n_qknorm*tmp18 + tmp19
+    tmp21 = (tmp17 + tmp20)/t
+    tmp22 = (zero3_non_exp == 1)
+    tmp23 = (dh != 0)
+    tmp24 = (qk_nope_head_dim != 0)
+    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
+    tmp26 = (tmp20 + tmp25)/t
+    tmp27 = tmp19 + 2*h*n_qknorm/a
+    tmp28 = (tmp17 + tmp27)/t
+    tmp29 = (tmp25 + tmp27)/t
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep, t_exp) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep, t_exp) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp if (tmp23 and tmp32) else (tmp28 + tmp28/cp if (tmp24 and tmp32) else (tmp29 + tmp29/cp if tmp32 else 0))))
+
+
 def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6385,6 +7231,28 @@ def _stage_dp_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp_o
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
 
 
+@_runtime.element
+def _stage_dp_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+
+
 def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -6502,6 +7370,28 @@ def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, bytes_
         out[i] = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp19 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+
+
 def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6604,6 +7494,19 @@ def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer(out, a, bytes_grad, cp, d, d_e
         out[i] = 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(a[i]*dc_q[i]*(dhr[i] + tmp10) + a[i]*dh[i]*h[i] + dc_kv[i]*n_kv[i]*(dh[i] + tmp10) + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
 
 
+@_runtime.element
+def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp*d
+    tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+    tmp3 = h*hff_exp*n_ffMM
+    tmp4 = hff_exp*(n_ffMM - 1)
+    tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+    tmp9 = 4*h
+    tmp10 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 + 8*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1, etp))/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+
+
 def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
     its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
@@ -6696,6 +7599,29 @@ def _stage_dp_mla_q_direct_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
         tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
         tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0))
+
+
+@_runtime.element
+def _stage_dp_mla_q_direct_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))))
 
 
 def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -6806,6 +7732,29 @@ def _stage_dp_unconverted_mla_q_direct_dense_zero_layer(out, a, cp, dc_kv, dh, d
         out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0)
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_dense_zero_layer_at(a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp19 = (zero2_non_exp == 1)
+    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))))
+
+
 def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -6900,6 +7849,16 @@ def _stage_dp_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1))
 
 
+@_runtime.element
+def _stage_dp_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = a*h
+    tmp4 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp6 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*tmp5*(2*tmp6 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))
+
+
 def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -6983,6 +7942,16 @@ def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, byte
         out[i] = bytes_grad[i]*tmp5*(2*tmp6 - 2)*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/tmp6 + tmp5*(bytes_grad[i] + bytes_p[i]*(2*reshards[i] + (1 - reshards[i])/m[i]))*(tmp1 - 1)
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp3 = a*h
+    tmp4 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp5 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp4) + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp4))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1)
+    tmp6 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    return bytes_grad*tmp5*(2*tmp6 - 2)*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/tmp6 + tmp5*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1)
+
+
 def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -7056,6 +8025,14 @@ def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer(out, a, bytes_grad, cp, d, d
         tmp2 = a[i]*h[i]
         tmp3 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
         out[i] = bytes_grad[i]*(2*tmp1 - 2)*(h[i]*layer_norms[i]*(norm_bias[i] + 1) + 0.25*(n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp3) + dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i]) + tmp2*(dhr[i] + tmp3))) + 2*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1))))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)/(t[i]*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))
+
+
+@_runtime.element
+def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
+    tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
+    tmp2 = a*h
+    tmp3 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return bytes_grad*(2*tmp1 - 2)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*(dh if (dh != 0) else h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
 
 
 def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -7145,6 +8122,40 @@ def _stage_dp_mla_q_direct_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dh
         tmp23 = (zero2_exp[i] == 1)
         tmp24 = tmp22 + 1/numpy.maximum(ep[i], t_exp[i])
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0))))
+
+
+@_runtime.element
+def _stage_dp_mla_q_direct_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp*ep*t_exp)
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp if (tmp11 and tmp32) else (tmp16 + tmp16/cp if (tmp12 and tmp32) else (tmp17 + tmp17/cp if tmp32 else 0)))))
 
 
 def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7289,6 +8300,40 @@ def _stage_dp_unconverted_mla_q_direct_moe_zero_layer(out, a, cp, dc_kv, dh, dhr
         out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0)))
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_at(a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
+    tmp1 = dc_kv*n_kv
+    tmp2 = a*h
+    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+    tmp4 = 0.25*n_attMM
+    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+    tmp6 = 2*dh
+    tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp8 = n_qknorm*tmp6 + tmp7
+    tmp9 = (tmp5 + tmp8)/t
+    tmp10 = (zero3_non_exp == 1)
+    tmp11 = (dh != 0)
+    tmp12 = (qk_nope_head_dim != 0)
+    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+    tmp14 = (tmp13 + tmp8)/t
+    tmp15 = tmp7 + 2*h*n_qknorm/a
+    tmp16 = (tmp15 + tmp5)/t
+    tmp17 = (tmp13 + tmp15)/t
+    tmp18 = (zero3_exp == 1)
+    tmp19 = (n_shared_exp != 0)
+    tmp20 = h*hff_exp*n_ffMM
+    tmp21 = hff_exp*(n_ffMM - 1)
+    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
+    tmp24 = h*shared_expert_gate + tmp23
+    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
+    tmp27 = 1/(cp*ep*t_exp)
+    tmp28 = tmp24*tmp27
+    tmp29 = tmp23*tmp27
+    tmp30 = (zero2_exp == 1)
+    tmp32 = (zero2_non_exp == 1)
+    return (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp if (tmp11 and tmp32) else (tmp16 + tmp16/cp if (tmp12 and tmp32) else (tmp17 + tmp17/cp if tmp32 else 0))))
+
+
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -7418,6 +8463,29 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, bytes_p, comm_dp_o
         out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
 
 
+@_runtime.element
+def _stage_dp_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = a*h
+    tmp19 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+
+
 def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
@@ -7534,6 +8602,29 @@ def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, bytes_
         out[i] = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
 
 
+@_runtime.element
+def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp)
+    tmp3 = bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m)
+    tmp4 = tmp3/t_exp
+    tmp5 = h*hff_exp*n_ffMM
+    tmp6 = hff_exp*(n_ffMM - 1)
+    tmp7 = (n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/tmp1
+    tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp)
+    tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1, etp))/(ep*tmp8)
+    tmp11 = cp*d
+    tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial)
+    tmp13 = bytes_grad*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
+    tmp14 = tmp13/t_exp
+    tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t)
+    tmp18 = a*h
+    tmp19 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    tmp20 = (h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp17)
+    tmp21 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
+    return tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+
+
 def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
@@ -7633,6 +8724,20 @@ def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer(out, a, bytes_grad, cp, d, d_e
         tmp10 = a[i]*h[i]
         tmp11 = (qk_nope_head_dim[i] if (qk_nope_head_dim[i] != 0) else dh[i])
         out[i] = 2*bytes_grad[i]*((tmp2 - 1)*(n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp4) + tmp3) + (h[i]*shared_expert_gate[i] if (n_shared_exp[i] != 0) else 0))/(t_exp[i]*tmp2*numpy.maximum(1, shard_p_os_exp_partial[i]/t_exp[i])) + 0.25*((tmp8 - 1)*(layer_norms[i]*tmp9*(norm_bias[i] + 1) + n_attMM[i]*(dc_kv[i]*n_kv[i]*(dh[i] + tmp11) + dc_kv[i] + dh[i]*tmp10 + h[i]*(dc_kv[i] + dhr[i]) + tmp10*(dhr[i] + tmp11)) + n_exp[i]*tmp9 + 8*n_qknorm[i]*(dh[i] if (dh[i] != 0) else h[i]/a[i]))/(t[i]*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial[i]/t[i]))) + n_exp[i]*(tmp5 - 1)*(mlp_bias[i]*(h[i] + tmp4/numpy.maximum(1, etp[i])) + tmp3/numpy.maximum(1, etp[i]))/(ep[i]*t_exp[i]*tmp5*numpy.maximum(1, shard_p_os_exp[i]/t_exp[i])))*(1/m[i] if (shard_p_os_non_exp_partial[i] > t[i]*(cp[i]*(1 - shard_spans_cp[i]) + shard_spans_cp[i])) else 1)
+
+
+@_runtime.element
+def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
+    tmp1 = cp*d
+    tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial)
+    tmp3 = h*hff_exp*n_ffMM
+    tmp4 = hff_exp*(n_ffMM - 1)
+    tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
+    tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial)
+    tmp9 = 4*h
+    tmp10 = a*h
+    tmp11 = (qk_nope_head_dim if (qk_nope_head_dim != 0) else dh)
+    return 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + (h*shared_expert_gate if (n_shared_exp != 0) else 0))/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 + 8*n_qknorm*(dh if (dh != 0) else h/a))/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1, etp))/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)))*(1/m if (shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)) else 1)
 
 
 def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
