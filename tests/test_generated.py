@@ -178,13 +178,12 @@ def test_header_says_command_template_fingerprint_and_do_not_edit():
     assert init_head.endswith(fingerprint(registry.FORMULAS.values()))
 
 
-def test_import_needs_no_sympy_and_is_fast():
-    code = ("import sys, time; import numpy; t = time.perf_counter(); import generated; "
-            "dt = time.perf_counter() - t; assert 'sympy' not in sys.modules, 'sympy imported'; print(dt)")
+def test_import_needs_no_sympy():
+    # How fast a cold start is, bench/startup.py measures beside `import numpy` (a timing here would
+    # only measure how busy the machine is).
+    code = "import sys; import generated; assert 'sympy' not in sys.modules, 'sympy imported'"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    seconds = float(done.stdout.strip())
-    assert seconds < 0.25, f"importing generated (NumPy already loaded) took {seconds * 1e3:.0f} ms"
 
 
 def test_evaluator_is_the_generated_function():
