@@ -1,9 +1,10 @@
 """NCCL's cost-model constants (``hardware/nccl_tuning.toml``) and the time model's bindings of a system.
 
 ``time_bindings(system)`` gives every hardware-side symbol the collective time formulas
-(``symbolic/collective_time.py``) read: NCCL's latencies, its per-generation bandwidth caps, the
-ring channels its topology search finds on the system's NVLink, the NIC bandwidth, NVLS
-availability. The group-side symbols (``msg_bytes``, ``ranks``, ``ranks_per_node``, ``nodes``,
+(``symbolic/collective_time.py``) read: NCCL's latencies (times the generation's ``latency_scale``),
+its per-generation bandwidth caps, the ring channels its topology search finds on the system's NVLink
+(their bus bandwidth capped at the generation's ``app_bus_bw_bytes_per_s``), NCCL's P2P LL threshold,
+the NIC bandwidth, NVLS availability. The group-side symbols (``msg_bytes``, ``ranks``, ``ranks_per_node``, ``nodes``,
 ``nics_used``) are the caller's.
 """
 
@@ -32,7 +33,8 @@ _LATENCY_KEYS = (
 _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s",
                         "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s",
                         "intra_speeds_bytes_per_s")
-_GENERATION_OPTIONAL = ("nvls_efficiency",)
+_GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
+_P2P_KEYS = ("ll_threshold_bytes",)
 
 #: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
 RING_MAX_CHANNELS = 32
@@ -44,6 +46,7 @@ class NcclTuning:
 
     latency: dict[str, float]
     generations: dict[str, dict[str, object]]
+    p2p: dict[str, float]
 
 
 def _check(table: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
@@ -69,7 +72,8 @@ def nccl_tuning() -> NcclTuning:
         data = tomllib.loads(TUNING_FILE.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise HardwareSpecError(f"{TUNING_FILE}: {exc}") from None
-    _check(data, "", ("latency", "generations"))
+    _check(data, "", ("latency", "p2p", "generations"))
+    p2p = {k: _positive_real(f"p2p.{k}", v) for k, v in _check(data["p2p"], "p2p", _P2P_KEYS).items()}
     latency = {k: _positive_real(f"latency.{k}", v)
                for k, v in _check(data["latency"], "latency", _LATENCY_KEYS).items()}
     generations: dict[str, dict[str, object]] = {}
@@ -87,7 +91,7 @@ def nccl_tuning() -> NcclTuning:
             else:
                 out[key] = _positive_real(where, value)
         generations[gen] = out
-    return NcclTuning(latency=latency, generations=generations)
+    return NcclTuning(latency=latency, generations=generations, p2p=p2p)
 
 
 @dataclass(frozen=True)
@@ -146,10 +150,16 @@ def time_bindings(system: System) -> dict[str, float]:
     speeds: tuple[float, ...] = gen["intra_speeds_bytes_per_s"]  # type: ignore[assignment]
     ring = ring_graph(nvlink_total, speeds, system.gpu.compute_capability)
     nvls = system.levels[0].nvls and "nvls_efficiency" in gen
-    out: dict[str, float] = dict(tuning.latency)
+    # Published per-generation figures (nccl_tuning.toml): latencies scaled by a cited small-message
+    # measurement, the ring's bus bandwidth capped at the maintainers' effective NVLink bandwidth.
+    scale = float(gen.get("latency_scale", 1.0))  # type: ignore[arg-type]
+    channel_bw = min(ring.channel_bw_bytes_per_s,
+                     float(gen.get("app_bus_bw_bytes_per_s", math.inf)) / ring.channels)  # type: ignore[arg-type]
+    out: dict[str, float] = {k: v * scale for k, v in tuning.latency.items()}
     out.update({
         "ring_channels": ring.channels,
-        "ring_channel_bw_bytes_per_s": ring.channel_bw_bytes_per_s,
+        "ring_channel_bw_bytes_per_s": channel_bw,
+        "p2p_ll_threshold_bytes": tuning.p2p["ll_threshold_bytes"],
         "nvlink_nccl_bw_bytes_per_s": nvlink_total,
         "ll_max_bw_bytes_per_s": gen["ll_max_bw_bytes_per_s"],
         "ll128_channel_max_bw_bytes_per_s": gen["ll128_channel_max_bw_bytes_per_s"],

@@ -33,7 +33,12 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   the total by n/(n − 1) for non-ring patterns); its speed-array rounding is dropped.
 * Not modelled: the tree's size-dependent ``treeCorrectionFactor``, the ring's multi-node plateau
   factor, CollNet, PAT, NVLS-tree; all-to-all and send/recv, which NCCL runs as grouped point-to-point
-  operations its tuner does not price, use the ring constants of one step (stated below).
+  operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold
+  (stated below).
+* Added to tuning.cc's model (what nccl-tests measures and the tuner leaves out): the Simple protocol's
+  pipeline fill of one slice per ring loop, ``SLICESTEPS/CHUNKSTEPS`` chunk steps (src/device/
+  collectives.h), see ``_simple_fill``. The per-generation bindings (``hardware/_nccl.py``) may scale the
+  latencies and cap the ring bandwidth with published figures (``hardware/nccl_tuning.toml``).
 * Hierarchical (intra-node, then inter-node): reduce-scatter inside the node, the collective on
   ``1/ranks_per_node`` of the data across nodes (``ranks_per_node`` concurrent rings, each with its
   share of the NICs), all-gather inside the node; a candidate only when the group spans nodes.
@@ -104,11 +109,39 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
     return Piecewise((base + steps * intra, nodes < 2), (multi, True))
 
 
+#: NCCL src/device/collectives.h (also src/include/collectives.h): SLICESTEPS / CHUNKSTEPS of the Simple
+#: protocol, 2/4 for all-reduce, all-gather and reduce-scatter. Broadcast (1/1) is a chain whose fill
+#: grows with its depth; tuning.cc's per-hop latency stands for it and nothing is added.
+_SLICE_PER_CHUNK = {"all_reduce": sympy.Rational(1, 2), "all_gather": sympy.Rational(1, 2),
+                    "reduce_scatter": sympy.Rational(1, 2)}
+#: All-to-all and send/recv (NCCL's point-to-point, which its tuner does not price): the collectives' one
+#: half-chunk fill is assumed (NCCL's p2p pipeline is not stated as slices of a ring loop).
+_P2P_FILL = sympy.Rational(1, 2)
+
+
+def _simple_fill(op: str) -> sympy.Expr:
+    """Steps of pipeline fill the Simple protocol adds to a ring loop: one slice, in chunks (collectives.h).
+
+    A Simple ring moves each channel's data in loops of ``nsteps`` chunk steps, a chunk being
+    CHUNKSTEPS buffer steps sent SLICESTEPS at a time; each loop starts with one slice in flight before
+    the ring is full, so a loop takes ``nsteps + SLICESTEPS/CHUNKSTEPS`` chunk times. This is why
+    nccl-tests' bus bandwidth grows with the ranks (2 ranks: 1 + 1/2 chunk times per chunk moved;
+    8 ranks: 7 + 1/2 per 7) while tuning.cc prices ``nsteps`` only.
+    """
+    return _SLICE_PER_CHUNK.get(op, sympy.Integer(0))
+
+
 def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
               nics: sympy.Expr) -> sympy.Expr:
-    """Seconds of *op* on a ring with protocol *proto* (tuning.cc: ``lat + bytes / algbw``)."""
+    """Seconds of *op* on a ring with protocol *proto* (tuning.cc: ``lat + bytes / algbw``).
+
+    Simple adds its pipeline fill of ``SLICESTEPS/CHUNKSTEPS`` chunk steps per loop (``_simple_fill``);
+    LL and LL128 send one slice per chunk (enqueue.cc: chunkSteps = sliceSteps = 1 outside Simple ring)
+    and keep tuning.cc's ``nsteps``.
+    """
     # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
-    return _ring_latency(op, proto, n, q, nodes) + size * _nsteps(op, n) / (_ring_bus(proto, nodes, nics) * n)
+    steps = _nsteps(op, n) + (_simple_fill(op) if proto == "simple" else 0)
+    return _ring_latency(op, proto, n, q, nodes) + size * steps / (_ring_bus(proto, nodes, nics) * n)
 
 
 def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
@@ -188,26 +221,34 @@ def _candidates(op: str) -> dict[str, sympy.Expr]:
 def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
     """All-to-all and send/recv: NCCL's grouped point-to-point, which its tuner does not price.
 
-    Priced with the ring constants of one step per protocol: base latency plus one NVLink step (one
-    network step across nodes); bandwidth the ring's bus bandwidth for that protocol. All-to-all sends
-    ``(q − 1)/n`` of S over NVLink and ``(n − q)/n`` through the NICs, concurrently; the slower side
-    sets the time. Send/recv moves S to one peer: NVLink inside a node, one NIC across nodes.
+    The protocol is NCCL's rule, not a minimum: LL when the bytes sent to one peer are at most
+    ``P2P_LL_THRESHOLD`` (src/enqueue.cc, default 16384), Simple above (p2p never uses LL128); the other
+    candidate is ``oo``. Priced with the ring constants of one step: base latency plus one NVLink step
+    (one network step across nodes); bandwidth the ring's bus bandwidth for that protocol. All-to-all
+    sends ``(q − 1)/n`` of S over NVLink and ``(n − q)/n`` through the NICs, concurrently; the slower side
+    sets the time. Send/recv moves S to one peer: NVLink inside a node, one NIC across nodes. Simple adds
+    the pipeline fill of half of one peer's share (``_P2P_FILL``, the collectives' one slice per chunk).
     """
     out: dict[str, sympy.Expr] = {}
     nvlink_only = _NODES < 2
-    for p in _PROTOCOLS:
+    per_peer = _S / _N if op == "all_to_all" else _S
+    small = per_peer <= _sym("p2p_ll_threshold_bytes")
+    for p in ("ll", "simple"):
         base = _sym(f"alpha_ring_{p}_s")
         hop = Piecewise((_sym(f"hop_nvlink_ring_{p}_s"), nvlink_only), (_sym(f"hop_net_ring_{p}_s"), True))
         intra = _ring_bus(p, sympy.Integer(1), sympy.Integer(1))
+        fill = _P2P_FILL if p == "simple" else sympy.Integer(0)
         if op == "all_to_all":
             # The node's ranks_per_node ranks send off-node at once and share its NICs.
             share = _sym("nics_used") / _Q
             inter = _ring_bus(p, sympy.Integer(2), share) if p != "simple" else share * _sym("nic_bw_bytes_per_s")
-            move = sympy.Max(_S * (_Q - 1) / _N / intra, _S * (_N - _Q) / _N / inter)
+            move = sympy.Max(_S * (_Q - 1 + fill) / _N / intra, _S * (_N - _Q) / _N / inter)
         else:
             inter = Min(intra, _sym("nic_bw_bytes_per_s"))
-            move = Piecewise((_S / intra, nvlink_only), (_S / inter, True))
-        out[f"p2p_{p}"] = base + hop + move
+            move = Piecewise((_S * (1 + fill) / intra, nvlink_only), (_S * (1 + fill) / inter, True))
+        time = base + hop + move
+        out[f"p2p_{p}"] = Piecewise((time, small), (_MANY, True)) if p == "ll" else Piecewise((_MANY, small),
+                                                                                               (time, True))
     return out
 
 
@@ -233,7 +274,8 @@ _BUSBW_FACTOR = {
 
 _CANDIDATE_SOURCE = {
     "ring": f"{_TUNING}: ring bandwidth refinements (lines 327-329), bus-to-algorithm ratio (lines 376-382), "
-            f"ring latency (lines 393-413), ncclTopoGetAlgoTime (line 653)",
+            f"ring latency (lines 393-413), ncclTopoGetAlgoTime (line 653); Simple pipeline fill SLICESTEPS/"
+            f"CHUNKSTEPS from NCCL src/device/collectives.h",
     "tree": f"{_TUNING}: tree bandwidth refinements (lines 330-336), bus-to-algorithm ratio 0.5 (lines 376-382), "
             f"tree latency (lines 414-418)",
     "nvls": f"{_TUNING}: NVLS bandwidth (lines 307-323), nvlsEfficiency (line 139), latency (lines 424-426); "
@@ -241,7 +283,8 @@ _CANDIDATE_SOURCE = {
     "hierarchical": "intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data, "
                     "intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its "
                     "2-level form)",
-    "p2p": f"{_TUNING} ring constants for one step; nccl-tests doc/PERFORMANCE.md (alltoall busbw); NCCL runs "
+    "p2p": f"{_TUNING} ring constants for one step; NCCL src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes "
+           "per peer, else Simple); nccl-tests doc/PERFORMANCE.md (alltoall busbw); NCCL runs "
            "all-to-all and send/recv as grouped point-to-point, which ncclTopoTuneModel does not price",
 }
 

@@ -210,6 +210,8 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("tree_ll128_channel_max_bw_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel"),
     ("nvls_channel_max_bw_bytes_per_s", "positive", "bytes/s", "top of NCCL's intra-node speed array: NVLS channel cap"),
     ("nvls", "nonnegative", "1", "1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0"),
+    ("p2p_ll_threshold_bytes", "positive", "bytes",
+     "NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many bytes per peer use LL, larger ones Simple"),
     ("nvls_efficiency", "positive", "1", "NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation"),
     ("alpha_ring_ll_s", "positive", "s", "NCCL baseLat: ring, LL protocol"),
     ("alpha_ring_ll128_s", "positive", "s", "NCCL baseLat: ring, LL128 protocol"),

@@ -15,7 +15,7 @@ from codegen.cli import main
 from codegen.cli.collective import parse_size
 from codegen.validation import collectives
 from codegen.pricing.placement import DEFAULT_ORDER, group_strides
-from hardware._nccl import ring_graph, time_bindings
+from hardware._nccl import RingGraph, nccl_tuning, ring_graph, time_bindings
 from symbolic import registry
 from symbolic.symbols import SPECS, symbol
 
@@ -53,22 +53,54 @@ def test_shipped_measurements_equal_the_shared_copy():
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_ring_all_reduce_is_reduce_scatter_plus_all_gather_in_bandwidth(proto, ranks):
     # The bandwidth terms add exactly (2(n-1) steps = (n-1) + (n-1)); latencies add up to one base latency.
-    big, v = 2.0**40, _values("dgx_h100", ranks, 2.0**40)
+    # Simple pays its pipeline fill (half a chunk step, collectives.h) once per call, not once per half.
+    v = _values("dgx_h100", ranks, 2.0**40)
     ar = _eval(f"collective_all_reduce_ring_{proto}_time_s", v)
     rs = _eval(f"collective_reduce_scatter_ring_{proto}_time_s", v)
     ag = _eval(f"collective_all_gather_ring_{proto}_time_s", v)
     base = v[f"alpha_ring_{proto}_s"]
-    assert_close(ar, rs + ag - base, rtol=1e-12)
-    assert big > 0
+    bus = v["ring_channels"] * v["ring_channel_bw_bytes_per_s"]
+    fill = 0.5 * v["msg_bytes"] / (ranks * bus) if proto == "simple" else 0.0
+    assert_close(ar, rs + ag - base - fill, rtol=1e-12)
+    if proto == "simple":
+        assert fill > 0 and np.all(ar < rs + ag - base)
 
 
 @pytest.mark.parametrize("system", ["dgx_a100", "dgx_h100", "dgx_b200"])
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
 def test_busbw_of_a_bandwidth_bound_ring_is_the_ring_bandwidth(system, op):
-    v = _values(system, 8, 2.0**54)
+    # With many ranks the fill (1/2 step per n - 1 steps) vanishes: busbw is the ring's bus bandwidth.
+    v = _values(system, 4096, 2.0**60)
     t = _eval(f"collective_{op}_ring_simple_time_s", v)
-    busbw = (7 / 8) * v["msg_bytes"] / t
-    assert_close(busbw, v["ring_channels"] * v["ring_channel_bw_bytes_per_s"], rtol=1e-6)
+    busbw = (4095 / 4096) * v["msg_bytes"] / t
+    assert_close(busbw, v["ring_channels"] * v["ring_channel_bw_bytes_per_s"], rtol=2e-4)
+    # 8 ranks: 7 chunk steps of data cost 7 + 1/2 (the Simple protocol's fill), so busbw = B x 7 / 7.5.
+    v = _values(system, 8, 2.0**54)
+    busbw = (7 / 8) * v["msg_bytes"] / _eval(f"collective_{op}_ring_simple_time_s", v)
+    assert_close(busbw, v["ring_channels"] * v["ring_channel_bw_bytes_per_s"] * 7 / 7.5, rtol=1e-6)
+
+
+def test_units_catch_gib_and_bidirectional_mix_ups():
+    # The catalog's NVLink figure is per direction: half the datasheet's bidirectional total, and
+    # NCCL's effective ring bandwidth sits below it (a bidirectional mix-up would put it above).
+    for name, per_dir in (("dgx_a100", 300e9), ("dgx_h100", 450e9), ("dgx_b200", 900e9)):
+        system = hardware.load(name)
+        assert system.levels[0].bandwidth_bytes_per_s == per_dir
+        b = time_bindings(system)
+        ring = b["ring_channels"] * b["ring_channel_bw_bytes_per_s"]
+        assert 0.7 * per_dir < ring <= 0.8 * per_dir + 1e6, (name, ring)
+        # 1 GB (1e9 bytes) all-gather over 8 ranks, bandwidth-bound: busbw in GB/s of 1e9 bytes is the
+        # ring's bus bandwidth x 7/7.5 (the fill); read as GiB the same time would be 7.4 % off.
+        t = float(_eval("collective_all_gather_ring_simple_time_s", _values(name, 8, 1e12)))
+        assert_close((7 / 8) * 1e12 / t, ring * 7 / 7.5, rtol=1e-4)
+    # The shipped data's bandwidth columns are GB = 1e9 bytes (tests/data/README.md), not GiB.
+    data = collectives.load_measurements(SHIPPED)
+    rows = data.msg_bytes >= 2**20
+    import csv
+    with SHIPPED.open(newline="") as handle:
+        algbw = np.array([float(r["algbw_GBps"]) for r in csv.DictReader(handle)])
+    assert_close(algbw[rows], data.msg_bytes[rows] / data.time_s[rows] / 1e9, rtol=1e-2, atol=1e-3)
+    assert not np.allclose(algbw[rows], data.msg_bytes[rows] / data.time_s[rows] / 2**30, rtol=1e-2)
 
 
 def test_busbw_factors_are_nccl_tests_definitions():
@@ -133,7 +165,9 @@ def test_time_grows_with_bytes_and_ranks(system, op):
             assert np.all(t > 0)
         # Each candidate grows with the ranks; the chosen time may not (NVLS can overtake the ring).
         p = collectives.predict(system, op, ranks, size)
-        ring = p.candidates.get("ring_simple", p.candidates.get("p2p_simple"))
+        ring = p.candidates.get("ring_simple")
+        if ring is None:  # p2p: Simple only above NCCL's LL threshold per peer
+            ring = collectives.predict(system, op, ranks, 2.0**30).candidates["p2p_simple"]
         if op == "all_reduce":
             assert np.all(np.diff(ring) > 0), (size, ring)
         assert np.all(np.diff(ring) >= 0), (size, ring)  # NCCL prices a pipelined broadcast flat in ranks
@@ -146,7 +180,15 @@ def test_ring_graph_follows_nccls_search_on_switch_nodes():
     a100 = time_bindings(hardware.load("dgx_a100"))
     h100 = time_bindings(hardware.load("dgx_h100"))
     b200 = time_bindings(hardware.load("dgx_b200"))
-    assert (a100["ring_channels"], a100["ring_channel_bw_bytes_per_s"]) == (12, 20e9)
+    # The search finds 12 x 20 GB/s on A100; the maintainers' stated ~230 GB/s caps it (nccl_tuning.toml).
+    assert ring_graph(12 * 20e9, nccl_tuning().generations["ampere"]["intra_speeds_bytes_per_s"], 80) == \
+        RingGraph(12, 20e9)
+    assert a100["ring_channels"] == 12
+    assert_close(a100["ring_channels"] * a100["ring_channel_bw_bytes_per_s"], 230e9)
+    # Latencies: tuning.cc's times the generation's cited scale (A100 1.30, H100 none, B200 1.15).
+    assert_close([a100["alpha_ring_ll_s"], h100["alpha_ring_ll_s"], b200["alpha_ring_ll_s"]],
+                 [6.6e-6 * 1.30, 6.6e-6, 6.6e-6 * 1.15])
+    assert h100["p2p_ll_threshold_bytes"] == 16384
     # Below 25 GB/s per channel the search keeps its channels (ncclTopoDupChannels).
     assert ring_graph(40e9, (20e9, 10e9), 90).channels == 2
     assert (h100["ring_channels"], h100["ring_channel_bw_bytes_per_s"]) == (12, 30e9)
@@ -229,29 +271,47 @@ def test_step_volumes_leave_the_original_formulas_alone():
 
 GROUPS = {(g.system, g.op, g.band): g for g in collectives.validate(collectives.load_measurements(SHIPPED))}
 
-#: What the model reaches on the shipped data (docs/time.md), with a little room; a regression
-#: beyond these fails. The issue's bounds (12 % large, 25 % small) are met only where marked.
-_REACHED = {"h100_sxm": {"small": 0.16, "large": 0.23}, "a100_sxm": {"small": 0.45, "large": 0.40},
-            "b200_sxm": {"small": 0.37, "large": 0.39}}
+#: The issue's bounds on the median relative error: 25 % below 1 MiB, 12 % from 1 MiB on.
+_BOUND = {"small": 0.25, "large": 0.12}
+
+#: Groups that do not meet the issue's bound yet, each with why (docs/time.md, "What is left"). The
+#: test is a strict expected failure for these: a group that starts meeting its bound fails it, and
+#: must then leave this list.
+_NOT_YET = {
+    ("a100_sxm", "all_gather", "large"): "mid sizes (2-64 MiB) ramp slower than one alpha-beta line; "
+                                         "2 ranks reach ~70 % of the 8-rank bus bandwidth",
+    ("a100_sxm", "reduce_scatter", "large"): "as all_gather: mid-size ramp and the 2-rank bandwidth",
+    ("a100_sxm", "all_to_all", "large"): "the p2p Simple path's mid-size ramp; no NCCL figure prices p2p",
+    ("b200_sxm", "all_gather", "large"): "B200's ring reaches ~86 % of NCCL's 720 GB/s at 512 MiB and no "
+                                         "published effective figure exists for B200; mid-size ramp",
+    ("b200_sxm", "reduce_scatter", "large"): "as B200 all_gather",
+    ("b200_sxm", "all_reduce", "large"): "as B200 all_gather",
+    ("b200_sxm", "all_to_all", "large"): "as B200 all_gather, and 2 ranks reach ~60 % of the 8-rank bandwidth",
+}
+
+#: Regression guard for every group: the median reached today (docs/time.md) with a little room.
+_REACHED = {"small": 0.27, "large": 0.27}
 
 
 def test_validation_covers_every_group_of_the_shipped_data():
     assert {s for s, _, _ in GROUPS} == {"a100_sxm", "h100_sxm", "b200_sxm"}
     assert {o for _, o, _ in GROUPS} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
     assert sum(g.n for g in GROUPS.values()) == 5382
+    assert set(_NOT_YET) <= set(GROUPS)
 
 
 @pytest.mark.parametrize("key", sorted(GROUPS), ids=lambda k: "-".join(k))
 def test_validation_error_bounds_reached(key):
     g = GROUPS[key]
-    assert g.median_rel_err <= _REACHED[g.system][g.band], g
+    assert g.median_rel_err <= _REACHED[g.band], g
     assert g.worst_rel_err < 0.7, g
 
 
-def test_issue_bounds_met_where_the_model_meets_them():
-    met = {k for k, g in GROUPS.items() if g.median_rel_err <= (0.25 if g.band == "small" else 0.12)}
-    # H100 below 1 MiB meets the issue's 25 % in every collective (docs/time.md lists the rest).
-    assert {("h100_sxm", op, "small") for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")} <= met
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.xfail(reason=_NOT_YET[k], strict=True))
+                                 if k in _NOT_YET else k for k in sorted(GROUPS)], ids=lambda k: "-".join(k))
+def test_issue_bounds_on_the_shipped_data(key):
+    g = GROUPS[key]
+    assert g.median_rel_err <= _BOUND[g.band], g
 
 
 # ------------------------------------------------------------------ CLI

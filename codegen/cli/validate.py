@@ -4,7 +4,8 @@ One sub-choice per model, in ``CHOICES`` (name → (help, register function)); `
 time model of one collective call against nccl-tests sweeps, ``memory`` the memory per rank against
 ZeRO's Table 1 and Megatron-LM's measured memory. Another (``step-time``) is one more entry.
 
-``symcost validate collectives [--data FILE.csv]`` prints one line per (system, collective, size
+``symcost validate collectives [--data FILE.csv] [--curves]`` prints (with ``--curves``, first every sweep
+size by size: measured and predicted µs, bus bandwidths, the algorithm picked) one line per (system, collective, size
 band) with the count, median and worst relative error of the predicted time, then, as its last
 line, one JSON object ``{"groups": [{"system", "op", "band", "n", "median_rel_err",
 "worst_rel_err"}, …]}``.
@@ -23,11 +24,29 @@ def _register_collectives(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", default=str(collectives.DEFAULT_DATA),
                    help="measurements with columns system, op, n_gpus, bytes, time_us (default: the shipped "
                         "nccl-tests sweeps, tests/data/nccl_single_node.csv)")
+    p.add_argument("--curves", action="store_true",
+                   help="first print every (system, op, ranks) sweep size by size: measured and predicted time "
+                        "(us), their bus bandwidths (GB/s) and the algorithm/protocol the model picks")
     p.set_defaults(func=run_collectives)
 
 
+def _print_curves(data: collectives.Measurements) -> None:
+    for c in collectives.curves(data):
+        print(f"# {c.system} {c.op} ranks={c.ranks}")
+        print(f"{'bytes':>11} {'measured_us':>12} {'predicted_us':>12} {'rel_err':>8} {'meas_busbw':>10} "
+              f"{'pred_busbw':>10}  algorithm")
+        bus_m, bus_p = c.busbw_bytes_per_s("measured") / 1e9, c.busbw_bytes_per_s("predicted") / 1e9
+        for i, size in enumerate(c.msg_bytes):
+            err = (c.predicted_s[i] - c.measured_s[i]) / c.measured_s[i]
+            print(f"{int(size):>11} {c.measured_s[i] * 1e6:>12.2f} {c.predicted_s[i] * 1e6:>12.2f} {err:>+8.1%} "
+                  f"{bus_m[i]:>10.1f} {bus_p[i]:>10.1f}  {c.algorithm[i]}")
+
+
 def run_collectives(args: argparse.Namespace) -> int:
-    groups = collectives.validate(collectives.load_measurements(args.data))
+    data = collectives.load_measurements(args.data)
+    if args.curves:
+        _print_curves(data)
+    groups = collectives.validate(data)
     print(f"{'system':<10} {'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error of "
           f"predicted time; small < 1 MiB <= large)")
     for g in groups:

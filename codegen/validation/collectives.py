@@ -27,8 +27,8 @@ import numpy as np
 import generated
 import hardware
 
-__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Group", "Measurements", "Prediction", "load_measurements",
-           "predict", "validate", "groups_json"]
+__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
+           "load_measurements", "predict", "validate", "groups_json"]
 
 #: Messages below 1 MiB are "small", the rest "large" (issue 11's bands).
 BAND_EDGE_BYTES = 1 << 20
@@ -215,3 +215,47 @@ def groups_json(groups: Iterable[Group]) -> str:
     return json.dumps({"groups": [{"system": g.system, "op": g.op, "band": g.band, "n": g.n,
                                    "median_rel_err": round(g.median_rel_err, 6),
                                    "worst_rel_err": round(g.worst_rel_err, 6)} for g in groups]})
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Measured against predicted time of one (system, collective, ranks) sweep, size by size.
+
+    Attributes:
+        msg_bytes: nccl-tests' sizes S, ascending.
+        measured_s: the median measured seconds at each size (over dtypes, versions and repeats).
+        predicted_s: the predicted seconds at each size.
+        algorithm: the candidate NCCL's tuner would pick at each size ("ring_ll", "nvls_simple", …).
+    """
+
+    system: str
+    op: str
+    ranks: int
+    msg_bytes: np.ndarray
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+    algorithm: np.ndarray
+
+    def busbw_bytes_per_s(self, which: str = "measured") -> np.ndarray:
+        """nccl-tests' bus bandwidth of the measured (or ``"predicted"``) times, bytes/s."""
+        n = self.ranks
+        factor = 2 * (n - 1) / n if self.op == "all_reduce" else (n - 1) / n if self.op in (
+            "all_gather", "reduce_scatter", "all_to_all") else 1.0
+        time = self.measured_s if which == "measured" else self.predicted_s
+        return factor * self.msg_bytes / time
+
+
+def curves(data: Measurements) -> list[Curve]:
+    """Every (system, op, ranks) sweep of *data*: median measured and predicted time per size."""
+    out: list[Curve] = []
+    for system in np.unique(data.system):
+        loaded = hardware.load(str(system))
+        for op in np.unique(data.op[data.system == system]):
+            for ranks in np.unique(data.ranks[(data.system == system) & (data.op == op)]):
+                rows = (data.system == system) & (data.op == op) & (data.ranks == ranks)
+                sizes = np.unique(data.msg_bytes[rows])
+                measured = np.array([np.median(data.time_s[rows & (data.msg_bytes == s)]) for s in sizes])
+                p = predict(loaded, str(op), np.full(sizes.shape, ranks), sizes)
+                out.append(Curve(str(system), str(op), int(ranks), sizes, measured, np.asarray(p.time_s, dtype=float),
+                                 p.algorithm))
+    return out
