@@ -65,6 +65,14 @@ def test_top_k_stable_over_chunk_sizes():
     assert (np.diff(obj) >= 0).all()
 
 
+def test_search_rows_priced_as_the_pricer_prices_them():
+    """The search's per-structure-row FLOPs give the same step time as StepTimePricer on the layouts alone."""
+    got = search(_spec(recompute=("selective",)), top=20)
+    values = {k: got.table[k] for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+    direct = StepTimePricer(load_model("qwen3-72b"), system="dgx_h100").price(values, "selective")
+    np.testing.assert_allclose(got.table["step_time_s"], direct["step_time_s"], rtol=1e-12)
+
+
 def test_original_objective_ranks_by_stage_pricer():
     from codegen.configs.layouts import LayoutBatch
     from codegen.pricing.pricer import StagePricer

@@ -1,15 +1,20 @@
 """Every valid layout of a model on N devices, in chunks of arrays (no SymPy, no Python loop per layout).
 
-A search space is a mixed-radix grid over the candidate values of each degree: the ``(t, cp, p, vp)``
-rows whose ``t·cp·p`` divides the device count (``d`` is the quotient) and ``p·vp`` fits the layers, then ``ep``,
-``etp`` and the micro-batch size ``b``; the micro-batch count follows from the global batch,
-``m = global_batch / (d·b)``. The run settings a :class:`LayoutBatch` shares (the recompute mode,
-the ZeRO level, the CP algorithm) are the outermost digits, so that one chunk of grid indices
-splits into at most a few runs of one setting each. A chunk is decoded, filtered by
-:func:`codegen.configs.layouts.layout_violations` (the very constraints ``check_batch`` applies)
-and by the search's own policy (``m`` whole, ``t`` within a node unless allowed, the
-``--fix`` / ``--max`` restrictions), and yielded as a :class:`LayoutBatch` of valid layouts.
-Nothing holds the whole grid: a chunk's arrays are its only memory.
+A search space numbers its valid layouts ``0 .. size − 1`` without listing them. Its parts:
+
+* the structure rows: the ``(t, cp, p, vp)`` rows whose ``t·cp·p`` divides the device count
+  (``d`` is the quotient) and ``p·vp`` fits the layers, crossed with the ``ep`` and ``etp``
+  candidates and filtered once by :func:`codegen.configs.layouts.layout_violations` (the very
+  constraints ``check_batch`` applies), per CP algorithm. The rules are elementwise and read none
+  of ``b`` and ``m`` (``_constraint_rules``), so a layout is valid exactly when its structure row
+  is; the table's size depends on the divisors of N, never on the grid;
+* per row, the micro-batch sizes ``b`` that make ``m = global_batch / (d·b)`` whole (and meet
+  ``--fix``/``--max`` on ``m``), as offsets into the numbering;
+* the run settings a :class:`LayoutBatch` shares (the recompute mode, the ZeRO level, the CP
+  algorithm), outermost.
+
+:meth:`SearchSpace.block` decodes a range of numbers (a binary search in the offsets and gathers)
+into a :class:`Chunk` per setting; nothing holds the whole grid.
 
 Public API::
 
@@ -17,8 +22,8 @@ Public API::
     SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=("none", "selective",
                 "full"), zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
     space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
-    space.block(start, stop) -> list[Chunk]
-    Chunk(setting, batch, index)
+    space.block(start, stop) -> list[Chunk];  space.decode(index, setting) -> dict[str, ndarray]
+    Chunk(setting, values, index, model): .batch (a LayoutBatch, built on first use)
     parse_restrictions(items, option) -> dict[str, int]
 """
 
@@ -67,12 +72,15 @@ class Chunk:
     Attributes:
         setting: the run settings of every layout. values: ``{key: (n,) int64}`` for :data:`DEGREE_KEYS`.
         index: grid indices, ascending. batch: the :class:`LayoutBatch`, built on first use.
+        row: each layout's row of the space's structure table (everything but ``b`` and ``m``), or None.
     """
 
-    __slots__ = ("setting", "values", "index", "_model", "_batch")
+    __slots__ = ("setting", "values", "index", "row", "_model", "_batch")
 
-    def __init__(self, setting: Setting, values: dict[str, np.ndarray], index: np.ndarray, model: ModelConfig):
+    def __init__(self, setting: Setting, values: dict[str, np.ndarray], index: np.ndarray, model: ModelConfig,
+                 row: np.ndarray | None = None):
         self.setting, self.values, self.index, self._model, self._batch = setting, values, index, model, None
+        self.row = row  # each layout's structure row (SearchSpace.structures[setting.cp_algo]), when known
 
     def __len__(self) -> int:
         return len(self.index)
@@ -215,51 +223,62 @@ class SearchSpace:
                                             recompute="none")
             ok = layout_violations(self.model, batch, self.devices) < 0
             self.structures[algo] = {key: np.ascontiguousarray(column[ok]) for key, column in structure.items()}
-        counts = {len(next(iter(table.values()))) for table in self.structures.values()}
-        self.rows = max(counts) if counts else 0
-        self.radix = (len(self.settings), self.rows, len(self.b))
-        self.inner = int(np.prod(self.radix[1:], dtype=object))
-        self.size = int(self.inner * len(self.settings))
+        # Micro-batch sizes per row: the b that make m = global / (d·b) whole (and meet --fix/--max m), as
+        # offsets, so that every grid point is a valid layout: row r owns grid points [start[r], start[r+1]).
+        self._b_tables = {}
+        for algo, table in self.structures.items():
+            dd = table["d"]
+            distinct, where = np.unique(dd, return_inverse=True)
+            allowed = (self.global_batch % (distinct[:, None] * self.b[None, :]) == 0)
+            m = self.global_batch // (distinct[:, None] * self.b[None, :])
+            if "m" in self.fix:
+                allowed &= m == self.fix["m"]
+            if "m" in self.maximum:
+                allowed &= m <= self.maximum["m"]
+            width = int(allowed.sum(axis=1).max()) if len(distinct) else 0
+            b_table = np.zeros((len(distinct), max(width, 1)), np.int64)
+            for i, row in enumerate(allowed):
+                b_table[i, :row.sum()] = self.b[row]
+            per_row = allowed.sum(axis=1)[where]
+            start = np.zeros(len(dd) + 1, np.int64)
+            np.cumsum(per_row, out=start[1:])
+            self._b_tables[algo] = (b_table, where.astype(np.int64), start)
+        self.setting_sizes = np.array([int(self._b_tables[s.cp_algo][2][-1]) for s in self.settings], np.int64)
+        self.setting_start = np.zeros(len(self.settings) + 1, np.int64)
+        np.cumsum(self.setting_sizes, out=self.setting_start[1:])
+        self.size = int(self.setting_start[-1])
 
     # ------------------------------------------------------------------ chunks
-    def decode(self, index: np.ndarray, setting: Setting) -> dict[str, np.ndarray]:
-        """``{key: values}`` of grid indices *index*, all of *setting* (rows past its table are dropped by the caller)."""
-        row, col = np.divmod(index % self.inner, len(self.b))
-        table = self.structures[setting.cp_algo]
+    def decode(self, index: np.ndarray, setting: int) -> dict[str, np.ndarray]:
+        """``{key: values}`` of grid indices *index*, all of setting number *setting*; ``"row"``: their structure rows."""
+        algo = self.settings[setting].cp_algo
+        b_table, where, start = self._b_tables[algo]
+        local = index - self.setting_start[setting]
+        row = np.searchsorted(start, local, side="right") - 1
+        table = self.structures[algo]
         values = {key: column[row] for key, column in table.items()}
-        values["b"] = self.b[col]
+        values["b"] = b_table[where[row], local - start[row]]
+        values["m"] = self.global_batch // (values["d"] * values["b"])
+        values["row"] = row
         return values
 
     def block(self, start: int, stop: int) -> list[Chunk]:
-        """The valid layouts of grid indices ``[start, stop)``, one :class:`Chunk` per setting they span."""
+        """The layouts of grid indices ``[start, stop)`` (every one valid), one :class:`Chunk` per setting they span."""
         start, stop = max(0, int(start)), min(int(stop), self.size)
-        if stop <= start or self.inner == 0:
-            return []
         out = []
-        first, last = start // self.inner, (stop - 1) // self.inner
-        for k in range(first, last + 1):
-            lo, hi = max(start, k * self.inner), min(stop, (k + 1) * self.inner)
-            setting = self.settings[k]
-            rows = len(self.structures[setting.cp_algo]["t"])
-            hi = min(hi, k * self.inner + rows * len(self.b))  # a CP algorithm with fewer valid rows
+        if stop <= start:
+            return out
+        first = int(np.searchsorted(self.setting_start, start, side="right")) - 1
+        for k in range(first, len(self.settings)):
+            lo, hi = max(start, int(self.setting_start[k])), min(stop, int(self.setting_start[k + 1]))
+            if lo >= stop:
+                break
             if hi <= lo:
                 continue
             index = np.arange(lo, hi, dtype=np.int64)
-            values = self.decode(index, setting)
-            db = values["d"] * values["b"]
-            keep = self.global_batch % db == 0
-            m = self.global_batch // db
-            if "m" in self.fix:
-                keep &= m == self.fix["m"]
-            if "m" in self.maximum:
-                keep &= m <= self.maximum["m"]
-            if not keep.all():
-                if not keep.any():
-                    continue
-                index, m = index[keep], m[keep]
-                values = {key: column[keep] for key, column in values.items()}
-            values["m"] = m
-            out.append(Chunk(setting, values, index, self.model))
+            values = self.decode(index, k)
+            row = values.pop("row")
+            out.append(Chunk(self.settings[k], values, index, self.model, row))
         return out
 
     def chunks(self, chunk: int = 1 << 18, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:

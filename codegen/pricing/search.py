@@ -96,6 +96,18 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any]:
     return space, step, original
 
 
+@functools.lru_cache(maxsize=64)
+def _row_flops(spec: SearchSpec, cp_algo: str, recompute: str) -> np.ndarray:
+    """The slowest stage's FLOPs per rank of every structure row (b·m = global_batch / d), once per process."""
+    space, step, _ = _context(spec)
+    table = dict(space.structures[cp_algo])
+    table["b"] = np.ones_like(table["d"])
+    table["m"] = spec.global_batch // table["d"]
+    flops = step.stage_flops(table, recompute)
+    flops.flags.writeable = False
+    return flops
+
+
 #: Columns of a result table besides the degrees and the settings.
 COLUMNS = ("index", *DEGREE_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
            "stage_flops", "original_cost")
@@ -121,7 +133,10 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     table["cp_algo"] = np.full(n, list(dict.fromkeys(algos)).index(setting.cp_algo), np.int64)
     nan = np.full(n, np.nan)
     if step is not None:
-        parts = step.price(chunk.values, setting.recompute, chunk)
+        flops = None
+        if chunk.row is not None:
+            flops = _row_flops(spec, setting.cp_algo, setting.recompute)[chunk.row]
+        parts = step.price(chunk.values, setting.recompute, chunk, flops=flops)
         for key in ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"):
             table[key] = parts[key]
         table["original_cost"] = nan

@@ -61,10 +61,11 @@ def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tup
     model's own ``(p, vp)`` and an offset take the offset's counts.
     """
     total = model.n_lay + model.n_mtp
-    slots = p * vp
-    base, rem = np.divmod(total, slots)
-    first = vp * base + np.minimum(vp, (rem + p - 1) // p)
-    last = vp * base + np.minimum(vp, rem // p)
+    top_p, top_vp = int(np.max(p, initial=1)), int(np.max(vp, initial=1))
+    pp, vv = np.meshgrid(np.arange(1, top_p + 1), np.arange(1, top_vp + 1), indexing="ij")
+    base, rem = np.divmod(total, pp * vv)  # one entry per (p, vp) value, gathered per layout below
+    first = (vv * base + np.minimum(vv, (rem + pp - 1) // pp))[p - 1, vp - 1]
+    last = (vv * base + np.minimum(vv, rem // pp))[p - 1, vp - 1]
     own = model.layout
     if own.offset is not None:
         counts = [sum(row) for row in chunk_layer_counts(model, own)]
@@ -129,9 +130,15 @@ class StepTimePricer:
             out.append(self._flops(**args))
         return np.maximum(out[0], out[1])
 
-    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None) -> dict[str, np.ndarray]:
-        """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``)."""
-        flops = self.stage_flops(values, recompute)
+    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None,
+              flops: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
+
+        *flops*: the layouts' :meth:`stage_flops` when the caller has them (a search computes them once per
+        structure row: they read ``b`` and ``m`` only through ``b·m = global_batch / d``).
+        """
+        if flops is None:
+            flops = self.stage_flops(values, recompute)
         compute = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
                                                  compute_efficiency=self.efficiency)
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
