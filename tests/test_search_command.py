@@ -166,3 +166,39 @@ def test_validate_step_time_bad_file(tmp_path, capsys):
     bad.write_text("model,gpus\nx,8\n")
     assert main(["validate", "step-time", "--data", str(bad)]) == 2
     assert "missing columns" in capsys.readouterr().err
+
+
+def test_memory_filter_lazy_equals_filter_all():
+    """Pricing memory only for the best rows gives the rows that pricing all and filtering gives."""
+    spec = SearchSpec(load_model("deepseek-v3"), 256, 256, "dgx_h100", recompute=("none", "full"))
+    lazy = search(spec, top=12, chunk=3000)
+    everything = []
+    full = search(spec, top=12, chunk=3000, sink=everything.append)
+    for key in lazy.table:
+        np.testing.assert_array_equal(lazy.table[key], full.table[key])
+    assert (lazy.table["fits"] == 1).all()
+    assert all((t["fits"] == 1).all() for t in everything)
+    kept = search(SearchSpec(load_model("deepseek-v3"), 256, 256, "dgx_h100", recompute=("none", "full"),
+                             keep_infeasible=True), top=12, chunk=3000)
+    assert (kept.table["objective"] <= lazy.table["objective"]).all()
+    assert set(kept.table["fits"].tolist()) <= {0, 1}
+
+
+def test_batch_memory_equals_stage_memory():
+    from codegen.pricing.enumeration import SearchSpace
+    from codegen.pricing.feasibility import BatchMemory
+    from codegen.pricing.memory import stage_memory
+
+    model = load_model("qwen3-72b")
+    space = SearchSpace(model, 64, 64, devices_per_node=8, zero_levels=(0, 3))
+    memory = BatchMemory(model, system="dgx_h100")
+    checked = 0
+    for chunk in space.chunks(chunk=5000):
+        got = memory.price(chunk.batch, chunk.setting.recompute, chunk.setting.zero)
+        for i in np.linspace(0, len(chunk) - 1, 5).astype(int):
+            stages = stage_memory(model, chunk.batch.layout(int(i)), system="dgx_h100")["stages"]
+            totals = [s["total"] for s in stages]
+            if max(totals) in (totals[0], totals[-1]):
+                assert got["peak_bytes"][i] == pytest.approx(max(totals), rel=1e-12)
+                checked += 1
+    assert checked > 10

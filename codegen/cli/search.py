@@ -2,10 +2,11 @@
 
 ``symcost search --model M --devices N --system S --global-batch B [--objective step-time|original]
 [--top K] [--fix t=8] [--max p=16] [--recompute none,selective,full] [--zero 1] [--cp-algo NAME,…]
-[--tp-cross-node] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
+[--tp-cross-node] [--keep-infeasible] [--no-memory] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
 [--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
 and its parts, memory per rank and headroom of the slowest stage from ``codegen.pricing.memory``),
-then a summary line. ``--out`` streams every valid layout with its figures (CSV always; Parquet
+then a summary line. Layouts whose memory per rank (first and last stage, ``codegen.pricing.feasibility``)
+exceeds the GPU's HBM are dropped unless ``--keep-infeasible``. ``--out`` streams every feasible layout with its figures (CSV always; Parquet
 with the optional ``pyarrow``); an existing file is never overwritten. ``--plot`` draws step time
 against peak memory of the top layouts and their Pareto front (optional ``matplotlib``). A progress
 bar (``tqdm``, optional) appears on searches longer than a second; Ctrl-C prints the best so far.
@@ -49,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--zero", default="1", help="ZeRO levels to try, e.g. 0,1,2,3 (default 1: optimizer states)")
     p.add_argument("--cp-algo", default=None, help="CP algorithms to try (default: the model's own)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
+    p.add_argument("--keep-infeasible", action="store_true",
+                   help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
+    p.add_argument("--no-memory", action="store_true", help="do not price memory (no feasibility filter)")
     p.add_argument("--out", metavar="FILE.csv|FILE.parquet", help="write every valid layout with its figures")
     p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on a dask.distributed scheduler")
@@ -190,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
                       maximum=tuple(sorted(parse_restrictions(args.max, "--max").items())),
                       recompute=_words(args.recompute, "--recompute"), zero_levels=zero,
                       cp_algos=_words(args.cp_algo, "--cp-algo") if args.cp_algo else None,
-                      tp_cross_node=args.tp_cross_node, original_device=args.original_device)
+                      tp_cross_node=args.tp_cross_node, original_device=args.original_device,
+                      memory=not args.no_memory, keep_infeasible=args.keep_infeasible)
     out = _fresh(args.out, "--out", (".csv", ".parquet")) if args.out else None
     plot = _fresh(args.plot, "--plot", (".png", ".svg", ".pdf")) if args.plot else None
     if plot is not None:
@@ -215,8 +220,10 @@ def run(args: argparse.Namespace) -> int:
             state["bar"].close()
     rows = result.rows()
     for row in rows:
-        mem = _memory(model, row, args.system)
-        row["memory_peak_bytes"], row["headroom_bytes"] = mem if mem is not None else (None, None)
+        if row["fits"] < 0:  # not priced by the search (--no-memory): the one-layout evaluation
+            mem = _memory(model, row, args.system)
+            row["memory_peak_bytes"], row["headroom_bytes"] = mem if mem is not None else (None, None)
+            row["fits"] = None if mem is None else int(mem[1] >= 0)
     if args.json:
         print(json.dumps({"model": model.name, "devices": devices, "system": args.system,
                           "objective": args.objective, "layouts": result.layouts, "grid": result.grid,
@@ -227,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         _print(rows, args.objective)
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
         written = f"; wrote {writer.rows} layouts to {out}" if writer is not None else ""
-        print(f"{result.layouts:,} valid layouts of {result.grid:,} grid points in {result.seconds:.2f} s"
+        print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s"
               f"{note}{written}. Communication is not in this build's step time (0 s): see docs/search.md.")
     if plot is not None:
         _plot(rows, plot, pareto_front)
@@ -245,7 +252,7 @@ def _print(rows: list[dict[str, Any]], objective: str) -> None:
         head += f"{'original cost':>14}"
     else:
         head += f"{'step s':>9} {'compute':>9} {'bubble':>8} {'comm':>7}"
-    head += f" {'mem GiB':>8} {'headroom':>8}"
+    head += f" {'mem GiB':>8} {'headroom':>8} {'fits':>4}"
     print(head)
     for i, r in enumerate(rows, 1):
         line = (f"{i:>3} {r['d']:>6} {r['t']:>3} {r['p']:>3} {r['cp']:>3} {r['ep']:>4} {r['etp']:>3} {r['vp']:>3} "
@@ -254,7 +261,8 @@ def _print(rows: list[dict[str, Any]], objective: str) -> None:
             line += f"{r['original_cost']:>14.6g}"
         else:
             line += f"{r['step_time_s']:>9.4f} {r['compute_s']:>9.4f} {r['bubble_s']:>8.4f} {r['comm_s']:>7.4f}"
-        line += f" {_gib(r['memory_peak_bytes']):>8} {_gib(r['headroom_bytes']):>8}"
+        fits = {None: "-", 0: "no", 1: "yes"}[r["fits"]]
+        line += f" {_gib(r['memory_peak_bytes']):>8} {_gib(r['headroom_bytes']):>8} {fits:>4}"
         print(line)
 
 

@@ -16,7 +16,8 @@ Public API::
 
     OBJECTIVES
     SearchSpec(model, devices, global_batch, system, objective="step-time", ...)
-    price_chunk(spec, chunk) -> dict[str, ndarray]      # the table of one chunk
+    price_chunk(spec, chunk) -> dict[str, ndarray]      # the table of one chunk (memory not yet priced)
+    chunk_best(spec, chunk, top, sink=None) -> dict     # its best rows under the memory rule
     reduce_top(table, top) -> dict;  merge_top(a, b, top) -> dict
     search(spec, *, top=10, chunk=1 << 18, engine="numpy", scheduler=None, progress=None, sink=None)
         -> SearchResult(table, layouts, grid, interrupted, seconds)
@@ -34,7 +35,7 @@ import numpy as np
 from ..configs.models import ModelConfig
 from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace
 
-__all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "reduce_top", "merge_top", "search",
+__all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "chunk_best", "pareto_front", "reduce_top", "merge_top", "search",
            "COLUMNS"]
 
 #: Objectives: the step time (compute + bubble + exposed communication), the communication time alone
@@ -52,6 +53,8 @@ class SearchSpec:
 
     Attributes mirror :class:`SearchSpace` and the pricers: *system* is a hardware catalog name;
     *original_device* the catalog device of the original's cost (``--objective original``).
+    *memory*: price memory per rank (``codegen.pricing.feasibility``) and drop the layouts that do not
+    fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
     """
 
     model: ModelConfig
@@ -66,6 +69,8 @@ class SearchSpec:
     cp_algos: tuple[str, ...] | None = None
     tp_cross_node: bool = False
     original_device: str | None = None
+    memory: bool = True
+    keep_infeasible: bool = False
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -73,8 +78,8 @@ class SearchSpec:
 
 
 @functools.lru_cache(maxsize=8)
-def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any]:
-    """(space, step-time pricer, original pricer) of *spec*, built once per process (each worker)."""
+def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
+    """(space, step-time pricer, original pricer, memory pricer) of *spec*, built once per process (each worker)."""
     import hardware
 
     from .step_time import StepTimePricer
@@ -93,13 +98,18 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any]:
         raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
     else:
         step = StepTimePricer(spec.model, system=system)
-    return space, step, original
+    memory = None
+    if spec.memory:
+        from .feasibility import BatchMemory
+
+        memory = BatchMemory(spec.model, system=spec.system)
+    return space, step, original, memory
 
 
 @functools.lru_cache(maxsize=64)
 def _row_flops(spec: SearchSpec, cp_algo: str, recompute: str) -> np.ndarray:
     """The slowest stage's FLOPs per rank of every structure row (b·m = global_batch / d), once per process."""
-    space, step, _ = _context(spec)
+    space, step, _, _ = _context(spec)
     table = dict(space.structures[cp_algo])
     table["b"] = np.ones_like(table["d"])
     table["m"] = spec.global_batch // table["d"]
@@ -110,18 +120,18 @@ def _row_flops(spec: SearchSpec, cp_algo: str, recompute: str) -> np.ndarray:
 
 #: Columns of a result table besides the degrees and the settings.
 COLUMNS = ("index", *DEGREE_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
-           "stage_flops", "original_cost")
+           "stage_flops", "original_cost", "memory_peak_bytes", "headroom_bytes", "fits")
+_FLOAT_COLUMNS = ("objective", "step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "original_cost",
+                  "memory_peak_bytes", "headroom_bytes")
 
 
 def _empty() -> dict[str, np.ndarray]:
-    return {name: np.empty(0, dtype=np.float64 if name in ("objective", "step_time_s", "compute_s", "bubble_s",
-                                                           "comm_s", "stage_flops", "original_cost")
-                           else np.int64) for name in COLUMNS}
+    return {name: np.empty(0, dtype=np.float64 if name in _FLOAT_COLUMNS else np.int64) for name in COLUMNS}
 
 
 def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     """The table of one chunk: grid index, degrees, setting codes, the objective and its parts."""
-    space, step, original = _context(spec)
+    space, step, original, _ = _context(spec)
     n = len(chunk)
     setting = chunk.setting
     table: dict[str, np.ndarray] = {"index": chunk.index}
@@ -148,7 +158,65 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
             table[key] = nan
         table["original_cost"] = prices.bottleneck
         table["objective"] = prices.bottleneck
+    table["memory_peak_bytes"] = nan
+    table["headroom_bytes"] = nan
+    table["fits"] = np.full(n, -1, np.int64)  # -1: not evaluated
     return table
+
+
+def _with_memory(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray | None = None
+                 ) -> dict[str, np.ndarray]:
+    """*table* (or its *rows*) with memory per rank, headroom and fits filled in."""
+    memory = _context(spec)[3]
+    if rows is None:
+        batch = chunk.batch
+        out = dict(table)
+    else:
+        batch = chunk.batch.subset(rows)
+        out = {k: v[rows] for k, v in table.items()}
+    got = memory.price(batch, chunk.setting.recompute, chunk.setting.zero)
+    out["memory_peak_bytes"] = got["peak_bytes"]
+    out["headroom_bytes"] = got["headroom_bytes"]
+    out["fits"] = got["fits"].astype(np.int64)
+    return out
+
+
+def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None
+               ) -> dict[str, np.ndarray]:
+    """The best *top* rows of one chunk under the spec's memory rule.
+
+    Without a sink and when infeasible layouts are dropped, memory is priced only for the best rows by
+    objective, in growing windows, until *top* feasible ones are found: the same rows as pricing all of
+    them and filtering, at a fraction of the cost. A sink (``--out``) gets every row (feasible ones only,
+    unless *keep_infeasible*), memory priced for all.
+    """
+    table = price_chunk(spec, chunk)
+    if not spec.memory:
+        if sink is not None:
+            sink(table)
+        return reduce_top(table, top)
+    if sink is not None or spec.keep_infeasible:
+        table = _with_memory(spec, chunk, table)
+        if not spec.keep_infeasible:
+            ok = table["fits"] == 1
+            table = {k: v[ok] for k, v in table.items()}
+        if sink is not None and len(table["index"]):
+            sink(table)
+        return reduce_top(table, top)
+    order = _order(table)
+    found: list[dict[str, np.ndarray]] = []
+    have, start, window = 0, 0, 4 * top
+    while have < top and start < len(order):
+        rows = np.sort(order[start:start + window])
+        priced = _with_memory(spec, chunk, table, rows)
+        ok = priced["fits"] == 1
+        found.append({k: v[ok] for k, v in priced.items()})
+        have += int(ok.sum())
+        start += window
+        window *= 4
+    if not found:
+        return _empty()
+    return reduce_top({k: np.concatenate([f[k] for f in found]) for k in found[0]}, top)
 
 
 def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -202,11 +270,11 @@ class SearchResult:
 
 
 def _block_top(spec: SearchSpec, start: int, stop: int, top: int) -> tuple[dict[str, np.ndarray], int]:
-    space, _, _ = _context(spec)
+    space, _, _, _ = _context(spec)
     best, count = _empty(), 0
     for chunk in space.block(start, stop):
         count += len(chunk)
-        best = merge_top(best, reduce_top(price_chunk(spec, chunk), top), top)
+        best = merge_top(best, chunk_best(spec, chunk, top), top)
     return best, count
 
 
@@ -279,7 +347,7 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
     if engine == "dask" and sink is not None:
         raise ValueError("--out: writes every layout from the in-process search; drop --scheduler to use it")
     started = time.perf_counter()
-    space, _, _ = _context(spec)
+    space, _, _, _ = _context(spec)
     labels = {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
     interrupted = False
     if engine == "dask":
@@ -290,11 +358,8 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
             for lo in range(0, space.size, chunk):
                 hi = min(lo + chunk, space.size)
                 for part in space.block(lo, hi):
-                    table = price_chunk(spec, part)
                     count += len(part)
-                    if sink is not None:
-                        sink(table)
-                    best = merge_top(best, reduce_top(table, top), top)
+                    best = merge_top(best, chunk_best(spec, part, top, sink), top)
                 done = hi
                 if progress is not None:
                     progress(done, space.size)
