@@ -202,3 +202,28 @@ def test_batch_memory_equals_stage_memory():
                 assert got["peak_bytes"][i] == pytest.approx(max(totals), rel=1e-12)
                 checked += 1
     assert checked > 10
+
+
+def test_ctrl_c_keeps_the_best_so_far():
+    calls = []
+
+    def progress(done, total):
+        calls.append(done)
+        raise KeyboardInterrupt
+
+    got = search(_spec(), top=5, chunk=2000, progress=progress)
+    assert got.interrupted and len(calls) == 1
+    assert 0 < got.layouts <= 2000 and len(got.table["index"]) == 5
+    assert (got.table["index"] < 2000).all()
+
+
+def test_cli_plot(tmp_path, capsys):
+    target = tmp_path / "front.png"
+    code = main(["search", "--model", "llama2-7b", "--devices", "8", "--system", "dgx_a100", "--global-batch", "16",
+                 "--plot", str(target)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 2 and "matplotlib" in capsys.readouterr().err and not target.exists()
+    else:
+        assert code == 0 and target.stat().st_size > 0

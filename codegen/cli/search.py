@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(rows, args.objective)
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
-        written = f"; wrote {writer.rows} layouts to {out}" if writer is not None else ""
+        written = f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}" if writer is not None else ""
         print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s"
               f"{note}{written}. Communication is not in this build's step time (0 s): see docs/search.md.")
     if plot is not None:
