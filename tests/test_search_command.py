@@ -211,7 +211,7 @@ def test_ctrl_c_keeps_the_best_so_far():
         calls.append(done)
         raise KeyboardInterrupt
 
-    got = search(_spec(), top=5, chunk=2000, progress=progress)
+    got = search(_spec(memory=False), top=5, chunk=2000, progress=progress)
     assert got.interrupted and len(calls) == 1
     assert 0 < got.layouts <= 2000 and len(got.table["index"]) == 5
     assert (got.table["index"] < 2000).all()
