@@ -16,18 +16,25 @@ round so that a slow spell of the machine hits each alike:
   pricing alone (a favour to it). Run on a subset (``--walk-n``) and reported
   as a rate, not gated.
 * ``generated``: ``codegen.pricing.pricer.StagePricer`` on all N layouts as
-  arrays, everything inside the clock: from the arrays to the batch, every
-  layout checked, the fields the generated stage terms read derived, the terms
-  evaluated, the stages formed, each layout's bottleneck and sum returned.
+  arrays, everything inside the clock: from the arrays to the batch (every
+  value through the input gate), the fields the generated stage terms read
+  derived, the terms evaluated, the stages formed, each layout's bottleneck and
+  sum returned. The layouts come from a generator that keeps only valid ones
+  (``validate_batch``), so the call says so (``validated=True``), as a
+  searcher's enumerator of valid layouts may; the check it skips is timed as
+  ``generated_checked``.
 * ``generated_n1000``: the same pricer called on chunks of 1,000 layouts, as a
   searcher that prices as it enumerates would: what the per-call overhead
   costs.
+* ``generated_checked``: as ``generated``, with every layout checked again
+  (``validated=False``, the pricer's default for layouts of unknown origin).
 
 Before timing, the bottleneck of every way is compared with the pricer's on the
 subset (relative 1e-9). Prints a table, then one JSON line::
 
     {"n": N, "rates": {"scalar_walk": R, "generated": R},
-     "models": {"qwen3-72b": {"scalar_walk": R, "generated": R, "generated_n1000": R}, "deepseek-v3": {…}}}
+     "models": {"qwen3-72b": {"scalar_walk": R, "generated": R, "generated_n1000": R,
+                              "generated_checked": R}, "deepseek-v3": {…}}}
 
 with rates in layouts per second (``rates`` repeats qwen3-72b).
 
@@ -131,17 +138,22 @@ def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict
         return np.array([max(walk(case)["totals"]) for case in cases])
 
     def generated() -> np.ndarray:
-        return pricer(**arrays).bottleneck
+        return pricer(**arrays, validated=True).bottleneck
 
     def generated_n1000() -> None:
         for chunk in chunks:
-            pricer(**chunk)
+            pricer(**chunk, validated=True)
 
-    want = generated()
+    def generated_checked() -> np.ndarray:
+        return pricer(**arrays).bottleneck
+
+    want = generated_checked()
+    np.testing.assert_array_equal(generated(), want, err_msg=f"{name}: the check changed a price")
     np.testing.assert_allclose(scalar_walk(), want[:k], rtol=1e-9, err_msg=f"{name}: the walk and the pricer disagree")
     np.testing.assert_allclose(np.concatenate([pricer(**chunk).bottleneck for chunk in chunks]), want, rtol=0,
                                err_msg=f"{name}: chunked and whole calls disagree")
-    ways = {"scalar_walk": (scalar_walk, k), "generated": (generated, n), "generated_n1000": (generated_n1000, n)}
+    ways = {"scalar_walk": (scalar_walk, k), "generated": (generated, n), "generated_n1000": (generated_n1000, n),
+            "generated_checked": (generated_checked, n)}
     times: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(repeat):  # alternately, so that every way sees the same state of the machine
         for way, (fn, _count) in ways.items():
@@ -161,11 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     models = {name: _model_rates(name, args.n, args.walk_n, args.repeat, args.seed) for name in MODELS}
     print(f"{args.n:,} random valid layouts per model (scalar walk on {min(args.walk_n, args.n):,}), device A2, "
           f"FLOP path; layouts per second, median of {args.repeat} alternated rounds")
-    print(f"{'model':<12} {'scalar_walk':>14} {'generated':>14} {'generated_n1000':>16} {'n1000/n':>8} {'gen/walk':>9}")
+    print(f"{'model':<12} {'scalar_walk':>14} {'generated':>14} {'generated_n1000':>16} {'n1000/n':>8} {'gen/walk':>9} "
+          f"{'checked':>14}")
     for name, rates in models.items():
         print(f"{name:<12} {rates['scalar_walk']:>14,.0f} {rates['generated']:>14,.0f} "
               f"{rates['generated_n1000']:>16,.0f} {rates['generated_n1000'] / rates['generated']:>8.2f} "
-              f"{rates['generated'] / rates['scalar_walk']:>9,.0f}")
+              f"{rates['generated'] / rates['scalar_walk']:>9,.0f} {rates['generated_checked']:>14,.0f}")
     first = models[MODELS[0]]
     print(json.dumps({"n": args.n,
                       "rates": {"scalar_walk": round(first["scalar_walk"], 1), "generated": round(first["generated"], 1)},

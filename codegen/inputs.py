@@ -258,7 +258,8 @@ def check_devices(d: Any, t: Any, cp: Any, p: Any, *, maximum: int = DEVICES_MAX
         if devices > maximum:
             raise error(f"devices: d·t·cp·p = {d}·{t}·{cp}·{p} = {_show(devices)} exceeds {_bound_text(maximum)}")
         return
-    tops = [int(np.max(x)) if np.size(x) else 1 for x in (d, t, cp, p)]
+    tops = [(int(x.max()) if x.size else 1) if isinstance(x, np.ndarray) else int(np.max(x)) if np.size(x) else 1
+            for x in (d, t, cp, p)]
     if math.prod(tops) <= maximum:  # the usual case, from four maxima: no product of N elements
         return
     product = np.asarray(d, dtype=float) * t * cp * p

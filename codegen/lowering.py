@@ -92,6 +92,58 @@ def _factor_terms_in_pieces(expr: sympy.Expr) -> sympy.Expr:
     )
 
 
+def _invariant(e: sympy.Basic) -> bool:
+    from symbolic.symbols import PER_LAYOUT
+
+    return not any(x.name in PER_LAYOUT for x in e.free_symbols)
+
+
+def _split_condition(cond: sympy.Basic) -> tuple[sympy.Basic, sympy.Basic]:
+    """(varying, invariant) conjuncts of a Piecewise condition (``true`` where there are none)."""
+    conjuncts = cond.args if isinstance(cond, sympy.And) else (cond,)
+    return (sympy.And(*[c for c in conjuncts if not _invariant(c)]),
+            sympy.And(*[c for c in conjuncts if _invariant(c)]))
+
+
+def _pieces_with_invariant_conditions(pw: sympy.Piecewise) -> sympy.Expr:
+    """*pw* with each run of branches that share a per-layout condition and differ only in model-only
+    conditions and factors turned into one branch: ``(inner · g, V)``, where ``inner`` is a Piecewise of
+    model fields alone (computed once per call, ``hoist``) and ``g`` the per-layout factor they share.
+
+    When ``V`` holds, the original takes the first of the run whose model-only condition holds (the
+    run's last has none, so one does), and its value is ``c_k · g``: the same number. A run that
+    does not end unconditionally, or whose values share no per-layout factor, is left as it was.
+    """
+    pieces = [(value, *_split_condition(cond)) for value, cond in pw.args]
+    out: list[tuple[sympy.Expr, sympy.Basic]] = []
+    i = 0
+    changed = False
+    while i < len(pieces):
+        varying = pieces[i][1]
+        j = i
+        while j < len(pieces) and pieces[j][1] == varying:
+            j += 1
+        run = pieces[i:j]
+        if len(run) > 1 and run[-1][2] == sympy.true:
+            per_layout = sorted((x for x in pw.free_symbols if not _invariant(x)), key=lambda x: x.name)
+            split = [(sympy.Integer(0), None) if value == 0 else
+                     sympy.factor_terms(value).as_independent(*per_layout, as_Add=False) for value, _, _ in run]
+            shared = {g for _, g in split if g is not None}
+            if len(shared) == 1:
+                inner = sympy.Piecewise(*[(c, inv) for (c, _), (_, _, inv) in zip(split, run)])
+                out.append((inner * shared.pop(), varying))
+                changed = True
+                i = j
+                continue
+        out.extend((value, sympy.And(var, inv)) for value, var, inv in run)
+        i = j
+    return sympy.Piecewise(*out) if changed else pw
+
+
+def _invariant_pieces(expr: sympy.Expr) -> sympy.Expr:
+    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), _pieces_with_invariant_conditions)
+
+
 #: (name, rewrite) candidates, each applied to the form before it (the first
 #: to the registered expression). Each is an identity wherever the registered
 #: expression is defined and never subtracts large terms that did not cancel
@@ -99,6 +151,9 @@ def _factor_terms_in_pieces(expr: sympy.Expr) -> sympy.Expr:
 REWRITES: tuple[tuple[str, Callable[[sympy.Expr], sympy.Expr]], ...] = (
     ("factor_terms", _factor_terms),
     ("factor_terms_in_pieces", _factor_terms_in_pieces),
+    # A model's fields choose among branches of the same per-layout shape (MLA or not, shared experts
+    # or not): that choice is made once per call, not per layout.
+    ("invariant_pieces", _invariant_pieces),
 )
 
 
@@ -505,7 +560,11 @@ def hoist(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr, 
     hoisted: list[tuple[sympy.Symbol, sympy.Expr]] = []
 
     def constant(e: sympy.Basic) -> bool:
-        return e.is_Number or (isinstance(e, sympy.Expr) and {x.name for x in e.free_symbols} <= known)
+        # A condition on model fields alone (``dh ≠ 0``) is hoisted too: a branch it picks is then
+        # picked once per call.
+        return e.is_Number or (isinstance(e, (sympy.Expr, sympy.logic.boolalg.Boolean)) and not e.is_Atom
+                               and {x.name for x in e.free_symbols} <= known) or (
+            isinstance(e, sympy.Expr) and {x.name for x in e.free_symbols} <= known)
 
     def lift(e: sympy.Expr) -> sympy.Expr:
         if e.is_Atom:
@@ -542,7 +601,16 @@ def hoist(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr, 
             known.add(sym.name)
         else:
             kept.append((sym, move(e)))
-    return hoisted, kept, move(result)
+    result = move(result)
+    # A hoisted condition the blocks read is computed there again (a mask of the block): the blocks
+    # take only numbers from the hoisted part. Hoisted code that reads it keeps its own.
+    read = set().union(*(e.free_symbols for _, e in kept), result.free_symbols)
+    again = {sym: sympy.Symbol(f"{sym.name}_mask") for sym, e in hoisted
+             if isinstance(e, sympy.logic.boolalg.Boolean) and sym in read}
+    if again:
+        kept = [(again[sym], e) for sym, e in hoisted if sym in again] + [(s, e.xreplace(again)) for s, e in kept]
+        result = result.xreplace(again)
+    return hoisted, kept, result
 
 
 def loop_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,

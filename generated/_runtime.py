@@ -58,11 +58,17 @@ class Call:
     def __init__(self, function: str, names: tuple[str, ...], values: tuple[object, ...], *,
                  reals: int, masks: int) -> None:
         # One number (a model's field, most often) stays a float: no array to make.
-        arrays = [value if isinstance(value, float) else _array(function, name, value)
-                  for name, value in zip(names, values)]
-        shapes = [a.shape for a in arrays if not isinstance(a, float)]
+        arrays = []
+        shapes = set()
+        for name, value in zip(names, values):
+            if not isinstance(value, float):
+                value = _array(function, name, value)
+                if value.ndim:  # a 0-d array (a model-only value computed once per call) broadcasts anywhere
+                    shapes.add(value.shape)
+            arrays.append(value)
         try:
-            shape = numpy.broadcast_shapes(*shapes)
+            # One shape (a pricer's columns of one batch, the usual call) needs no broadcasting rule.
+            shape = next(iter(shapes)) if len(shapes) == 1 else numpy.broadcast_shapes(*shapes)
         except ValueError:
             shapes = ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays) if not isinstance(a, float))
             raise ValueError(f"{function}: arguments do not broadcast to one shape: {shapes}") from None
@@ -76,10 +82,10 @@ class Call:
         """Yield ``(out, reals…, masks…, arguments…)`` per block; the statements fill ``out`` in place."""
         out = self.out
         size = out.size
-        arrays = [a for a in self.arrays if not isinstance(a, float)]
-        if size <= BLOCK or any(a.size not in (1, size) for a in arrays):
-            yield (out, *[numpy.empty(out.shape) for _ in range(self.reals)],
-                   *[numpy.empty(out.shape, dtype=bool) for _ in range(self.masks)], *self.arrays)
+        if size <= BLOCK or any(not isinstance(a, float) and a.size not in (1, size) for a in self.arrays):
+            shape = out.shape
+            yield (out, *[numpy.empty(shape) for _ in range(self.reals)],
+                   *[numpy.empty(shape, dtype=bool) for _ in range(self.masks)], *self.arrays)
             return
         # Every argument is one value or the whole output in the same element order (broadcasting
         # without growing the size only prepends ones), so flat views line up block for block.
@@ -110,12 +116,14 @@ def reals(function: str, names: tuple[str, ...], values: tuple[object, ...]) -> 
 
 #: What the NumPy path takes as it is: everything else is asked whether it is another library's array.
 _NUMPY_VALUES = (numpy.ndarray, numpy.generic, float, int, list, tuple)
+#: The exact types of almost every value (a set look-up is cheaper than isinstance on a tuple).
+_PLAIN = frozenset((float, numpy.ndarray, numpy.float64, int))
 
 
 def namespace(values: tuple[object, ...]):
     """The array-API namespace of *values* when one is an array of another library, else None (NumPy's path)."""
     for value in values:
-        if not isinstance(value, _NUMPY_VALUES):
+        if type(value) not in _PLAIN and not isinstance(value, _NUMPY_VALUES):
             return _foreign_namespace([v for v in values if not isinstance(v, _NUMPY_VALUES)])
     return None
 

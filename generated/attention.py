@@ -51,15 +51,16 @@ def attention_head_width_elements(*, a, dh, h):
         (a, dh, h) = _runtime.floats(xp, (a, dh, h))
         out = xp.where(xp.not_equal(dh, 0), dh, h/a)
         return _runtime.broadcast(xp, out, (a, dh, h))
-    call = _runtime.Call(
-        "attention_head_width_elements",
-        ("a", "dh", "h"),
-        (a, dh, h),
-        reals=0,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "attention_head_width_elements",
+            ("a", "dh", "h"),
+            (a, dh, h),
+            reals=0,
+            masks=1,
+        )
         for out, m0, a, dh, h in call.blocks():
             # out = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             numpy.divide(h, a, out=out)
@@ -135,22 +136,22 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
         (a, dh, n_kv, t) = _runtime.floats(xp, (a, dh, n_kv, t))
         out = dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/t
         return _runtime.broadcast(xp, out, (a, dh, n_kv, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, n_kv) = _runtime.reals("attention_gqa_kv_width_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
             inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "attention_gqa_kv_width_elements",
-        ("a", "dh", "n_kv", "t", "inv0"),
-        (a, dh, n_kv, t, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "attention_gqa_kv_width_elements",
+            ("a", "dh", "n_kv", "t", "inv0"),
+            (a, dh, n_kv, t, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dh, n_kv, t, inv0 in call.blocks():
             # out = inv0/t
             numpy.divide(inv0, t, out=out)

@@ -121,22 +121,22 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
         tmp2 = 2*ranks - 2
         out = msg_bytes*tmp2/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp1, tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp1, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -227,22 +227,22 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
         tmp2 = 2*ranks - 2
         out = msg_bytes*tmp2/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp1, tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp1, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -332,8 +332,10 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
         tmp1 = 2*ranks - 2
         out = msg_bytes*tmp1*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp0, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1, alpha_ring_simple_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -341,15 +343,13 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -434,8 +434,10 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
         tmp0 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_ll_s + 2*hop_net_tree_ll_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_ll_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(xp.less(nodes, 2), tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used))))
         return _runtime.broadcast(xp, out, (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_ll_s
             inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
@@ -443,15 +445,13 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
             (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
             inv0 = 2*hop_nvlink_tree_ll_s
             inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_ll_time_s",
-        ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_ll_time_s",
+            ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -527,8 +527,10 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_ll128_s + 2*hop_net_tree_ll128_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_ll128_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, xp.where(tmp0, 0.7777777777777778, 0.9375)*xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
         return _runtime.broadcast(xp, out, (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_ll128_s
             inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
@@ -536,15 +538,13 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
             (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
             inv0 = 2*hop_nvlink_tree_ll128_s
             inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_ll128_time_s",
-        ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_ll128_time_s",
+            ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -620,8 +620,10 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
         tmp0 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_simple_s + 2*hop_net_tree_simple_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_simple_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(xp.less(nodes, 2), tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))
         return _runtime.broadcast(xp, out, (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_simple_s
             inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
@@ -629,15 +631,13 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
             (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
             inv0 = 2*hop_nvlink_tree_simple_s
             inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_simple_time_s",
-        ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_simple_time_s",
+            ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -698,7 +698,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -708,16 +708,25 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
         tmp2 = 2*tmp0
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes*tmp2/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*tmp2*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/ranks))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_all_reduce_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=5,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
+        call = _runtime.Call(
+            "collective_all_reduce_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=5,
+            masks=3,
+        )
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -725,19 +734,17 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = 2*tmp0 -> r2
             numpy.multiply(r0, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/ranks))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r2, msg_bytes, out=r0)
             numpy.multiply(ranks, ranks, out=r3)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
@@ -749,7 +756,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.multiply(r3, r4, out=r3)
             numpy.divide(r0, r3, out=r0)
             numpy.add(r0, hop_nvlink_nvls_s, out=r0)
-            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(out, r0, where=m1)
     return call.out
 
 
@@ -863,8 +870,10 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
         tmp15 = tmp14*tmp3/nodes
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/xp.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp4/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))) + xp.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12, xp.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 + tmp13/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12), xp.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 + tmp13/xp.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, tmp12*xp.where(tmp8, 0.7777777777777778, 0.9375)), xp.minimum(tmp15/xp.minimum(tmp11, tmp6) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp14), xp.minimum(tmp15/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14, alpha_ring_ll_s + hop_net_tree_ll_s*tmp14), tmp15*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14, alpha_ring_simple_s + hop_net_tree_simple_s*tmp14)))))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2/numpy.log(2)
@@ -872,15 +881,13 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=18,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=18,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -1158,7 +1165,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 194 (SymPy count_ops of the CSE form below); NumPy calls per block: 191.
+    # ops: 196 (SymPy count_ops of the CSE form below); NumPy calls per block: 191.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1201,33 +1208,37 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp37 = tmp25*tmp30/nodes
         out = xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp22/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s + tmp24*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp21/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp22/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s + tmp24*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp22*xp.where(tmp4, tmp27, 1/tmp6) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s + tmp24*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp31/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp31/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp36/tmp35, xp.minimum(tmp13 + tmp36/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp35), xp.minimum(tmp16 + tmp36/xp.minimum(tmp14, tmp15*tmp35), xp.minimum(tmp37/xp.minimum(tmp28, tmp34) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp25, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp25), xp.minimum(tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp33) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp25, alpha_ring_ll_s + hop_net_tree_ll_s*tmp25), tmp37*xp.where(tmp4, tmp27, 1/tmp32) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp25, alpha_ring_simple_s + hop_net_tree_simple_s*tmp25)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=35,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=35,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -1236,15 +1247,15 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -1264,7 +1275,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -1287,8 +1298,8 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.subtract(r21, r20, out=r21)
             # tmp25 = tmp23 - 2 -> r22
             numpy.subtract(r20, 2.0, out=r22)
-            # tmp26 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp26 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp27 = inv1/ring_channels -> r20
             numpy.divide(inv1, ring_channels, out=r20)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r23
@@ -1302,7 +1313,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r26, r3, out=r26)
             # tmp33 = numpy.where(tmp4, tmp3, tmp32) -> r4
             numpy.copyto(r4, r26)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp34 = 0.92*tmp33 -> r27
             numpy.multiply(r4, 0.92, out=r27)
             # tmp35 = numpy.minimum(tmp2, tmp34) -> r28
@@ -1319,17 +1330,17 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             #     numpy.minimum(tmp22/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s +
             #     inv2*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20,
-            #     alpha_ring_ll_s + inv4*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp21/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6)
-            #     + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20,
-            #     alpha_ring_simple_s + inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s +
+            #     inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6) + numpy.where(tmp4,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s +
+            #     inv6*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, numpy.minimum(alpha_ring_ll128_s +
@@ -1366,38 +1377,22 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(out, r24, out=out)
             numpy.minimum(r23, r7, out=r24)
             numpy.divide(r19, r24, out=r24)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r21, out=r30)
                 numpy.copyto(r31, hop_net_ring_ll128_s)
-                numpy.copyto(r31, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r31, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r31, r22, out=r31)
                 numpy.add(r30, r31, out=r30)
                 numpy.add(r30, alpha_ring_ll128_s, out=r30)
             numpy.multiply(r17, hop_nvlink_ring_ll128_s, out=r31)
             numpy.add(r31, alpha_ring_ll128_s, out=r31)
-            numpy.copyto(r30, r31, where=m0)
-            numpy.add(r24, r30, out=r24)
-            numpy.minimum(out, r24, out=out)
-            numpy.multiply(r6, 0.5, out=r24)
-            numpy.minimum(r24, ll_max_bw_bytes_per_s, out=r24)
-            numpy.divide(r19, r24, out=r24)
-            if not m0.all():
-                numpy.multiply(inv4, r21, out=r30)
-                numpy.copyto(r31, hop_net_ring_ll_s)
-                numpy.copyto(r31, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r31, r22, out=r31)
-                numpy.add(r30, r31, out=r30)
-                numpy.add(r30, alpha_ring_ll_s, out=r30)
-            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r31)
-            numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.copyto(r30, r31, where=m0)
+            numpy.copyto(r30, r31, where=m1)
             numpy.add(r24, r30, out=r24)
             numpy.minimum(out, r24, out=out)
             numpy.copyto(r24, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r30)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r31)
             numpy.multiply(r31, inv3, out=r31)
@@ -1408,27 +1403,42 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(r30, r31, out=r30)
             numpy.divide(r18, r30, out=r30)
             numpy.add(r30, hop_nvlink_nvls_s, out=r30)
-            numpy.copyto(r24, r30, where=m2)
+            numpy.copyto(r24, r30, where=m3)
+            numpy.minimum(out, r24, out=out)
+            numpy.multiply(r6, 0.5, out=r24)
+            numpy.minimum(r24, ll_max_bw_bytes_per_s, out=r24)
+            numpy.divide(r19, r24, out=r24)
+            if not m1.all():
+                numpy.multiply(inv5, r21, out=r30)
+                numpy.copyto(r31, hop_net_ring_ll_s)
+                numpy.copyto(r31, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r31, r22, out=r31)
+                numpy.add(r30, r31, out=r30)
+                numpy.add(r30, alpha_ring_ll_s, out=r30)
+            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r31)
+            numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.copyto(r30, r31, where=m1)
+            numpy.add(r24, r30, out=r24)
             numpy.minimum(out, r24, out=out)
             numpy.divide(1.0, r5, out=r24)
-            numpy.copyto(r24, r20, where=m0)
+            numpy.copyto(r24, r20, where=m1)
             numpy.multiply(r24, r19, out=r24)
-            if not m0.all():
-                numpy.multiply(inv5, r21, out=r30)
+            if not m1.all():
+                numpy.multiply(inv6, r21, out=r30)
                 numpy.copyto(r31, hop_net_ring_simple_s)
-                numpy.copyto(r31, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r31, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r31, r22, out=r31)
                 numpy.add(r30, r31, out=r30)
                 numpy.add(r30, alpha_ring_simple_s, out=r30)
             numpy.multiply(r17, hop_nvlink_ring_simple_s, out=r31)
             numpy.add(r31, alpha_ring_simple_s, out=r31)
-            numpy.copyto(r30, r31, where=m0)
+            numpy.copyto(r30, r31, where=m1)
             numpy.add(r24, r30, out=r24)
             numpy.minimum(out, r24, out=out)
             numpy.copyto(r24, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r30)
             numpy.multiply(r20, r25, out=r31)
             numpy.add(r30, r31, out=r30)
@@ -1466,7 +1476,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r33, alpha_ring_ll128_s, out=r33)
             numpy.multiply(r22, hop_nvlink_ring_ll128_s, out=r34)
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
-            numpy.copyto(r33, r34, where=m0)
+            numpy.copyto(r33, r34, where=m1)
             numpy.add(r32, r33, out=r32)
             numpy.minimum(r31, r32, out=r31)
             numpy.multiply(r4, 0.5, out=r32)
@@ -1476,21 +1486,21 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r33, alpha_ring_ll_s, out=r33)
             numpy.multiply(r22, hop_nvlink_ring_ll_s, out=r34)
             numpy.add(r34, alpha_ring_ll_s, out=r34)
-            numpy.copyto(r33, r34, where=m0)
+            numpy.copyto(r33, r34, where=m1)
             numpy.add(r32, r33, out=r32)
             numpy.minimum(r31, r32, out=r31)
             numpy.divide(1.0, r26, out=r32)
-            numpy.copyto(r32, r20, where=m0)
+            numpy.copyto(r32, r20, where=m1)
             numpy.multiply(r32, r29, out=r32)
             numpy.multiply(r22, hop_net_tree_simple_s, out=r33)
             numpy.add(r33, alpha_ring_simple_s, out=r33)
             numpy.multiply(r22, hop_nvlink_ring_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
-            numpy.copyto(r33, r34, where=m0)
+            numpy.copyto(r33, r34, where=m1)
             numpy.add(r32, r33, out=r32)
             numpy.minimum(r31, r32, out=r31)
             numpy.add(r30, r31, out=r30)
-            numpy.copyto(r24, r30, where=m2)
+            numpy.copyto(r24, r30, where=m3)
             numpy.minimum(out, r24, out=out)
     return call.out
 
@@ -1635,7 +1645,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 195 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
+    # ops: 197 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1678,33 +1688,37 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp37 = tmp25*tmp30/nodes
         out = msg_bytes/xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp22/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s + tmp24*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp21/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp22/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s + tmp24*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp22*xp.where(tmp4, tmp27, 1/tmp6) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s + tmp24*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp31/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp31/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp36/tmp35, xp.minimum(tmp13 + tmp36/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp35), xp.minimum(tmp16 + tmp36/xp.minimum(tmp14, tmp15*tmp35), xp.minimum(tmp37/xp.minimum(tmp28, tmp34) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp25, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp25), xp.minimum(tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp33) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp25, alpha_ring_ll_s + hop_net_tree_ll_s*tmp25), tmp37*xp.where(tmp4, tmp27, 1/tmp32) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp25, alpha_ring_simple_s + hop_net_tree_simple_s*tmp25)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=36,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -1713,15 +1727,15 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -1741,7 +1755,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -1764,8 +1778,8 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.subtract(r21, r20, out=r21)
             # tmp25 = tmp23 - 2 -> r22
             numpy.subtract(r20, 2.0, out=r22)
-            # tmp26 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp26 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp27 = inv1/ring_channels -> r20
             numpy.divide(inv1, ring_channels, out=r20)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r23
@@ -1779,7 +1793,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r26, r3, out=r26)
             # tmp33 = numpy.where(tmp4, tmp3, tmp32) -> r4
             numpy.copyto(r4, r26)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp34 = 0.92*tmp33 -> r27
             numpy.multiply(r4, 0.92, out=r27)
             # tmp35 = numpy.minimum(tmp2, tmp34) -> r28
@@ -1796,17 +1810,17 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     numpy.minimum(tmp22/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s +
             #     inv2*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20,
-            #     alpha_ring_ll_s + inv4*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp21/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6)
-            #     + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20,
-            #     alpha_ring_simple_s + inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s +
+            #     inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6) + numpy.where(tmp4,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s +
+            #     inv6*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, numpy.minimum(alpha_ring_ll128_s +
@@ -1843,38 +1857,22 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r24, r30, out=r24)
             numpy.minimum(r23, r7, out=r30)
             numpy.divide(r19, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r24, r30, out=r24)
-            numpy.multiply(r6, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r19, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv4, r21, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r22, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r32)
             numpy.multiply(r32, inv3, out=r32)
@@ -1885,27 +1883,42 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r18, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r24, r30, out=r24)
+            numpy.multiply(r6, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r19, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv5, r21, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r22, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(1.0, r5, out=r30)
-            numpy.copyto(r30, r20, where=m0)
+            numpy.copyto(r30, r20, where=m1)
             numpy.multiply(r30, r19, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r21, out=r31)
+            if not m1.all():
+                numpy.multiply(inv6, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r20, r25, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -1943,7 +1956,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r4, 0.5, out=r33)
@@ -1953,21 +1966,21 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r20, where=m0)
+            numpy.copyto(r33, r20, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r22, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(msg_bytes, r24, out=out)
     return call.out
@@ -2114,7 +2127,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 195 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
+    # ops: 197 (SymPy count_ops of the CSE form below); NumPy calls per block: 192.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2157,33 +2170,37 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp37 = tmp25*tmp30/nodes
         out = tmp22/xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp22/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s + tmp24*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp21/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp22/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s + tmp24*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(tmp22*xp.where(tmp4, tmp27, 1/tmp6) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s + tmp24*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp25*xp.where(tmp26, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp31/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp31/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp36/tmp35, xp.minimum(tmp13 + tmp36/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp35), xp.minimum(tmp16 + tmp36/xp.minimum(tmp14, tmp15*tmp35), xp.minimum(tmp37/xp.minimum(tmp28, tmp34) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp25, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp25), xp.minimum(tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp33) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp25, alpha_ring_ll_s + hop_net_tree_ll_s*tmp25), tmp37*xp.where(tmp4, tmp27, 1/tmp32) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp25, alpha_ring_simple_s + hop_net_tree_simple_s*tmp25)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=36,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=36,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -2192,15 +2209,15 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -2220,7 +2237,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -2243,8 +2260,8 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.subtract(r21, r20, out=r21)
             # tmp25 = tmp23 - 2 -> r22
             numpy.subtract(r20, 2.0, out=r22)
-            # tmp26 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp26 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp27 = inv1/ring_channels -> r20
             numpy.divide(inv1, ring_channels, out=r20)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r23
@@ -2258,7 +2275,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r26, r3, out=r26)
             # tmp33 = numpy.where(tmp4, tmp3, tmp32) -> r4
             numpy.copyto(r4, r26)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp34 = 0.92*tmp33 -> r27
             numpy.multiply(r4, 0.92, out=r27)
             # tmp35 = numpy.minimum(tmp2, tmp34) -> r28
@@ -2275,17 +2292,17 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     numpy.minimum(tmp22/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp20, alpha_ring_ll128_s +
             #     inv2*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20,
-            #     alpha_ring_ll_s + inv4*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp21/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6)
-            #     + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20,
-            #     alpha_ring_simple_s + inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp20, alpha_ring_ll_s +
+            #     inv5*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(tmp22*numpy.where(tmp4, tmp27, 1/tmp6) + numpy.where(tmp4,
+            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp20, alpha_ring_simple_s +
+            #     inv6*tmp24 + tmp25*numpy.where(tmp26, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp27*tmp31, numpy.minimum(alpha_ring_ll128_s +
@@ -2322,38 +2339,22 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r24, r30, out=r24)
             numpy.minimum(r23, r7, out=r30)
             numpy.divide(r19, r30, out=r30)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_ll128_s)
-                numpy.copyto(r32, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_ll128_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_ll128_s, out=r32)
             numpy.add(r32, alpha_ring_ll128_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
-            numpy.add(r30, r31, out=r30)
-            numpy.minimum(r24, r30, out=r24)
-            numpy.multiply(r6, 0.5, out=r30)
-            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
-            numpy.divide(r19, r30, out=r30)
-            if not m0.all():
-                numpy.multiply(inv4, r21, out=r31)
-                numpy.copyto(r32, hop_net_ring_ll_s)
-                numpy.copyto(r32, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r32, r22, out=r32)
-                numpy.add(r31, r32, out=r31)
-                numpy.add(r31, alpha_ring_ll_s, out=r31)
-            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
-            numpy.add(r32, alpha_ring_ll_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r31)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r32)
             numpy.multiply(r32, inv3, out=r32)
@@ -2364,27 +2365,42 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(r31, r32, out=r31)
             numpy.divide(r18, r31, out=r31)
             numpy.add(r31, hop_nvlink_nvls_s, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
+            numpy.minimum(r24, r30, out=r24)
+            numpy.multiply(r6, 0.5, out=r30)
+            numpy.minimum(r30, ll_max_bw_bytes_per_s, out=r30)
+            numpy.divide(r19, r30, out=r30)
+            if not m1.all():
+                numpy.multiply(inv5, r21, out=r31)
+                numpy.copyto(r32, hop_net_ring_ll_s)
+                numpy.copyto(r32, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r32, r22, out=r32)
+                numpy.add(r31, r32, out=r31)
+                numpy.add(r31, alpha_ring_ll_s, out=r31)
+            numpy.multiply(r17, hop_nvlink_ring_ll_s, out=r32)
+            numpy.add(r32, alpha_ring_ll_s, out=r32)
+            numpy.copyto(r31, r32, where=m1)
+            numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(1.0, r5, out=r30)
-            numpy.copyto(r30, r20, where=m0)
+            numpy.copyto(r30, r20, where=m1)
             numpy.multiply(r30, r19, out=r30)
-            if not m0.all():
-                numpy.multiply(inv5, r21, out=r31)
+            if not m1.all():
+                numpy.multiply(inv6, r21, out=r31)
                 numpy.copyto(r32, hop_net_ring_simple_s)
-                numpy.copyto(r32, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r32, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r32, r22, out=r32)
                 numpy.add(r31, r32, out=r31)
                 numpy.add(r31, alpha_ring_simple_s, out=r31)
             numpy.multiply(r17, hop_nvlink_ring_simple_s, out=r32)
             numpy.add(r32, alpha_ring_simple_s, out=r32)
-            numpy.copyto(r31, r32, where=m0)
+            numpy.copyto(r31, r32, where=m1)
             numpy.add(r30, r31, out=r30)
             numpy.minimum(r24, r30, out=r24)
             numpy.copyto(r30, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r31)
             numpy.multiply(r20, r25, out=r32)
             numpy.add(r31, r32, out=r31)
@@ -2422,7 +2438,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.multiply(r4, 0.5, out=r33)
@@ -2432,21 +2448,21 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r34, alpha_ring_ll_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_ll_s, out=r35)
             numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.divide(1.0, r26, out=r33)
-            numpy.copyto(r33, r20, where=m0)
+            numpy.copyto(r33, r20, where=m1)
             numpy.multiply(r33, r29, out=r33)
             numpy.multiply(r22, hop_net_tree_simple_s, out=r34)
             numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r22, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(r32, r33, out=r32)
             numpy.add(r31, r32, out=r31)
-            numpy.copyto(r30, r31, where=m2)
+            numpy.copyto(r30, r31, where=m3)
             numpy.minimum(r24, r30, out=r24)
             numpy.divide(r19, r24, out=out)
     return call.out
@@ -2540,22 +2556,22 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2644,22 +2660,22 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2747,8 +2763,10 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
         tmp1 = xp.less(nodes, 2)
         out = msg_bytes*tmp0*xp.where(tmp1, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp1, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -2756,15 +2774,13 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2836,7 +2852,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2845,34 +2861,41 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
         tmp1 = nvlink_nccl_bw_bytes_per_s/xp.maximum(1, tmp0)
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes/(ranks*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks)))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_all_gather_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=4,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
+        call = _runtime.Call(
+            "collective_all_gather_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=4,
+            masks=3,
+        )
+        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
             numpy.maximum(1.0, r0, out=r1)
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks)))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r0, r0, out=r2)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
             numpy.multiply(r2, r3, out=r2)
@@ -2884,7 +2907,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.multiply(r2, ranks, out=r2)
             numpy.divide(msg_bytes, r2, out=r2)
             numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+            numpy.copyto(out, r2, where=m1)
     return call.out
 
 
@@ -2970,22 +2993,22 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
         tmp11 = xp.where(tmp8, tmp5, tmp9)
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s + hop_net_tree_ll_s*tmp7), xp.minimum(tmp10/xp.minimum(tmp6, 0.92*tmp11) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp10*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/xp.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp4/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_gather_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=13,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=13,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -3180,7 +3203,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 134 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
+    # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3207,29 +3230,33 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_gather_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=21,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3237,8 +3264,8 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3247,15 +3274,15 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -3274,22 +3301,21 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -3305,10 +3331,9 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r16)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r17)
             numpy.multiply(r16, r17, out=r16)
@@ -3319,56 +3344,56 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r16, r1, out=r16)
             numpy.divide(r2, r16, out=r16)
             numpy.add(r16, hop_nvlink_nvls_s, out=r16)
-            numpy.copyto(out, r16, where=m2)
+            numpy.copyto(out, r16, where=m3)
             numpy.multiply(r6, 0.5, out=r16)
             numpy.minimum(r16, ll_max_bw_bytes_per_s, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll_s)
-                numpy.copyto(r17, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv1, r8, out=r18)
+                numpy.multiply(inv2, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r18)
             numpy.add(r18, alpha_ring_ll_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.multiply(r6, 0.92, out=r16)
             numpy.minimum(r16, r11, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll128_s)
-                numpy.copyto(r17, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv2, r8, out=r18)
+                numpy.multiply(inv3, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll128_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r18)
             numpy.add(r18, alpha_ring_ll128_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.divide(1.0, r5, out=r16)
-            numpy.copyto(r16, r10, where=m0)
+            numpy.copyto(r16, r10, where=m1)
             numpy.multiply(r16, r7, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_simple_s)
-                numpy.copyto(r17, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv3, r8, out=r18)
+                numpy.multiply(inv4, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_simple_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r18)
             numpy.add(r18, alpha_ring_simple_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r4, r17, out=r17)
@@ -3376,7 +3401,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.multiply(r13, 0.92, out=r18)
             numpy.minimum(r18, r11, out=r18)
@@ -3385,17 +3410,17 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r20)
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.divide(1.0, r15, out=r18)
-            numpy.copyto(r18, r10, where=m0)
+            numpy.copyto(r18, r10, where=m1)
             numpy.multiply(r18, r4, out=r18)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.multiply(r10, r14, out=r18)
@@ -3417,7 +3442,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.add(r17, r18, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.minimum(out, r16, out=out)
     return call.out
 
@@ -3519,7 +3544,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3546,29 +3571,33 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = msg_bytes/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_gather_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3576,8 +3605,8 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3586,15 +3615,15 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -3613,22 +3642,21 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -3644,10 +3672,9 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -3658,56 +3685,56 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -3715,7 +3742,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -3724,17 +3751,17 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -3756,7 +3783,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(msg_bytes, r16, out=out)
     return call.out
@@ -3860,7 +3887,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3887,29 +3914,33 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = tmp8/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_gather_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3917,8 +3948,8 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3927,15 +3958,15 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -3954,22 +3985,21 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -3985,10 +4015,9 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -3999,56 +4028,56 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -4056,7 +4085,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -4065,17 +4094,17 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -4097,7 +4126,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(r7, r16, out=out)
     return call.out
@@ -4190,22 +4219,22 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4294,22 +4323,22 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4397,8 +4426,10 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
         tmp1 = xp.less(nodes, 2)
         out = msg_bytes*tmp0*xp.where(tmp1, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp1, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -4406,15 +4437,13 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4486,7 +4515,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4495,34 +4524,41 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
         tmp1 = nvlink_nccl_bw_bytes_per_s/xp.maximum(1, tmp0)
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes/(ranks*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks)))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_reduce_scatter_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=4,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=4,
+            masks=3,
+        )
+        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
             numpy.maximum(1.0, r0, out=r1)
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks)))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r0, r0, out=r2)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
             numpy.multiply(r2, r3, out=r2)
@@ -4534,7 +4570,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
             numpy.multiply(r2, ranks, out=r2)
             numpy.divide(msg_bytes, r2, out=r2)
             numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+            numpy.copyto(out, r2, where=m1)
     return call.out
 
 
@@ -4620,22 +4656,22 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
         tmp11 = xp.where(tmp8, tmp5, tmp9)
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s + hop_net_tree_ll_s*tmp7), xp.minimum(tmp10/xp.minimum(tmp6, 0.92*tmp11) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp10*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/xp.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp4/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_reduce_scatter_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=13,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=13,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -4830,7 +4866,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 134 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
+    # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 137.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4857,29 +4893,33 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=21,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -4887,8 +4927,8 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -4897,15 +4937,15 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -4924,22 +4964,21 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -4955,10 +4994,9 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r16)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r17)
             numpy.multiply(r16, r17, out=r16)
@@ -4969,56 +5007,56 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r16, r1, out=r16)
             numpy.divide(r2, r16, out=r16)
             numpy.add(r16, hop_nvlink_nvls_s, out=r16)
-            numpy.copyto(out, r16, where=m2)
+            numpy.copyto(out, r16, where=m3)
             numpy.multiply(r6, 0.5, out=r16)
             numpy.minimum(r16, ll_max_bw_bytes_per_s, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll_s)
-                numpy.copyto(r17, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv1, r8, out=r18)
+                numpy.multiply(inv2, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r18)
             numpy.add(r18, alpha_ring_ll_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.multiply(r6, 0.92, out=r16)
             numpy.minimum(r16, r11, out=r16)
             numpy.divide(r7, r16, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_ll128_s)
-                numpy.copyto(r17, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv2, r8, out=r18)
+                numpy.multiply(inv3, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_ll128_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r18)
             numpy.add(r18, alpha_ring_ll128_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.divide(1.0, r5, out=r16)
-            numpy.copyto(r16, r10, where=m0)
+            numpy.copyto(r16, r10, where=m1)
             numpy.multiply(r16, r7, out=r16)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r17, hop_net_ring_simple_s)
-                numpy.copyto(r17, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r17, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r17, r9, out=r17)
-                numpy.multiply(inv3, r8, out=r18)
+                numpy.multiply(inv4, r8, out=r18)
                 numpy.add(r17, r18, out=r17)
                 numpy.add(r17, alpha_ring_simple_s, out=r17)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r18)
             numpy.add(r18, alpha_ring_simple_s, out=r18)
-            numpy.copyto(r17, r18, where=m0)
+            numpy.copyto(r17, r18, where=m1)
             numpy.add(r16, r17, out=r16)
             numpy.minimum(out, r16, out=out)
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r4, r17, out=r17)
@@ -5026,7 +5064,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.multiply(r13, 0.92, out=r18)
             numpy.minimum(r18, r11, out=r18)
@@ -5035,17 +5073,17 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r20)
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.divide(1.0, r15, out=r18)
-            numpy.copyto(r18, r10, where=m0)
+            numpy.copyto(r18, r10, where=m1)
             numpy.multiply(r18, r4, out=r18)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(r17, r18, out=r17)
             numpy.multiply(r10, r14, out=r18)
@@ -5067,7 +5105,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.add(r17, r18, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.minimum(out, r16, out=out)
     return call.out
 
@@ -5169,7 +5207,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5196,29 +5234,33 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = msg_bytes/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -5226,8 +5268,8 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -5236,15 +5278,15 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -5263,22 +5305,21 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -5294,10 +5335,9 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -5308,56 +5348,56 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -5365,7 +5405,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -5374,17 +5414,17 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -5406,7 +5446,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(msg_bytes, r16, out=out)
     return call.out
@@ -5510,7 +5550,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 135 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 138.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5537,29 +5577,33 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         tmp20 = xp.where(tmp3, tmp4, tmp18)
         out = tmp8/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp13, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp8*xp.where(tmp3, tmp12, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp19/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp19/xp.minimum(tmp13, 0.92*tmp20) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp19*xp.where(tmp3, tmp12, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp12*tmp17, xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp13, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=22,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=22,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -5567,8 +5611,8 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -5577,15 +5621,15 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = inv0/ring_channels -> r10
             numpy.divide(inv0, ring_channels, out=r10)
             # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
@@ -5604,22 +5648,21 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(r4, nodes, out=r4)
             # tmp20 = numpy.where(tmp3, tmp4, tmp18) -> r13
             numpy.copyto(r13, r15)
-            numpy.copyto(r13, r3, where=m0)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            numpy.copyto(r13, r3, where=m1)
+            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp13, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp8*numpy.where(tmp3, tmp12, 1/tmp6) + numpy.where(tmp3,
             #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp19/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
@@ -5635,10 +5678,9 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r16, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r17)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r18)
             numpy.multiply(r17, r18, out=r17)
@@ -5649,56 +5691,56 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r17, r1, out=r17)
             numpy.divide(r2, r17, out=r17)
             numpy.add(r17, hop_nvlink_nvls_s, out=r17)
-            numpy.copyto(r16, r17, where=m2)
+            numpy.copyto(r16, r17, where=m3)
             numpy.multiply(r6, 0.5, out=r17)
             numpy.minimum(r17, ll_max_bw_bytes_per_s, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll_s)
-                numpy.copyto(r18, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv1, r8, out=r19)
+                numpy.multiply(inv2, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r19)
             numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.multiply(r6, 0.92, out=r17)
             numpy.minimum(r17, r11, out=r17)
             numpy.divide(r7, r17, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_ll128_s)
-                numpy.copyto(r18, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv2, r8, out=r19)
+                numpy.multiply(inv3, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_ll128_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r19)
             numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(1.0, r5, out=r17)
-            numpy.copyto(r17, r10, where=m0)
+            numpy.copyto(r17, r10, where=m1)
             numpy.multiply(r17, r7, out=r17)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r18, hop_net_ring_simple_s)
-                numpy.copyto(r18, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r18, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r18, r9, out=r18)
-                numpy.multiply(inv3, r8, out=r19)
+                numpy.multiply(inv4, r8, out=r19)
                 numpy.add(r18, r19, out=r18)
                 numpy.add(r18, alpha_ring_simple_s, out=r18)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r19)
             numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.copyto(r18, r19, where=m0)
+            numpy.copyto(r18, r19, where=m1)
             numpy.add(r17, r18, out=r17)
             numpy.minimum(r16, r17, out=r16)
             numpy.copyto(r17, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r13, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r4, r18, out=r18)
@@ -5706,7 +5748,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.multiply(r13, 0.92, out=r19)
             numpy.minimum(r19, r11, out=r19)
@@ -5715,17 +5757,17 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(1.0, r15, out=r19)
-            numpy.copyto(r19, r10, where=m0)
+            numpy.copyto(r19, r10, where=m1)
             numpy.multiply(r19, r4, out=r19)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r10, r14, out=r19)
@@ -5747,7 +5789,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.add(r18, r19, out=r18)
-            numpy.copyto(r17, r18, where=m2)
+            numpy.copyto(r17, r18, where=m3)
             numpy.minimum(r16, r17, out=r16)
             numpy.divide(r7, r16, out=out)
     return call.out
@@ -5836,15 +5878,16 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_broadcast_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=2,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -5915,15 +5958,16 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_ring_ll128_s + msg_bytes/xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_broadcast_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=3,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -5992,22 +6036,22 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
         tmp0 = xp.less(nodes, 2)
         out = alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6098,22 +6142,22 @@ def collective_broadcast_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6232,22 +6276,22 @@ def collective_broadcast_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = msg_bytes/xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=5,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6368,22 +6412,22 @@ def collective_broadcast_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = msg_bytes/xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=5,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6511,15 +6555,16 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
         tmp1 = msg_bytes/ranks
         out = alpha_ring_ll_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp1*(ranks_per_node - 1)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0), tmp1*(ranks - ranks_per_node)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used/ranks_per_node)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=4,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -6601,15 +6646,16 @@ def collective_all_to_all_p2p_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
         tmp2 = msg_bytes/ranks
         out = alpha_ring_ll128_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2*(ranks_per_node - 1)/xp.minimum(tmp0, 0.92*tmp1), tmp2*(ranks - ranks_per_node)/xp.minimum(tmp0, 0.92*xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used/ranks_per_node)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=5,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
@@ -6686,8 +6732,10 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
         tmp0 = msg_bytes/ranks
         out = alpha_ring_simple_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp0*(ranks_per_node - 1)/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp0*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6695,15 +6743,13 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = msg_bytes/ranks -> r0
             numpy.divide(msg_bytes, ranks, out=r0)
@@ -6797,8 +6843,10 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6806,15 +6854,13 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6946,8 +6992,10 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = msg_bytes/xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6955,15 +7003,13 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_algbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7098,8 +7144,10 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels
         out = tmp1*(ranks - 1)/xp.minimum(alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp2/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used)), xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.maximum(tmp2/xp.minimum(tmp6, 0.92*tmp4), tmp3/xp.minimum(tmp6, 0.92*tmp5)), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp2/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -7107,15 +7155,13 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_busbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7264,22 +7310,22 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
         tmp1 = 0.5*(ring_channel_bw_bytes_per_s*ring_channels)
         out = alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp1), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp1)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 0.5*ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 0.5*ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7346,22 +7392,22 @@ def collective_send_recv_p2p_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll
         tmp2 = 0.92*(ring_channel_bw_bytes_per_s*ring_channels)
         out = alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp1, tmp2), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp1, tmp2)))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 0.92*ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll128_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 0.92*ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7424,22 +7470,22 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
         tmp0 = xp.less(nodes, 2)
         out = alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7521,22 +7567,22 @@ def collective_send_recv_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp4 = 0.92*tmp1
         out = xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp3, tmp4), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp3, tmp4))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp2), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp2))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, tmp1))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7652,22 +7698,22 @@ def collective_send_recv_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = 0.92*tmp1
         out = msg_bytes/xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp3, tmp4), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp3, tmp4))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp2), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp2))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, tmp1))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7785,22 +7831,22 @@ def collective_send_recv_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = 0.92*tmp1
         out = msg_bytes/xp.minimum(alpha_ring_ll128_s + xp.where(tmp0, hop_nvlink_ring_ll128_s, hop_net_ring_ll128_s) + xp.where(tmp0, msg_bytes/xp.minimum(tmp3, tmp4), msg_bytes/xp.minimum(nic_bw_bytes_per_s, xp.minimum(tmp3, tmp4))), xp.minimum(alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp2), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp2))), alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, msg_bytes/(ring_channel_bw_bytes_per_s*ring_channels), msg_bytes/xp.minimum(nic_bw_bytes_per_s, tmp1))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=8,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=8,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)

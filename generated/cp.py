@@ -106,22 +106,22 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "cp_ulysses_mha_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_mha_traffic_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
             # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
@@ -222,22 +222,22 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "cp_ulysses_gqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_gqa_traffic_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
             # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
@@ -282,22 +282,22 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
         (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
         out = 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "cp_ring_gqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_gqa_traffic_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
             # out = b*inv0*(cp - 1)/(cp*t)
             numpy.subtract(cp, 1.0, out=out)
@@ -341,22 +341,22 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "cp_ulysses_mqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_mqa_traffic_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
             # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
@@ -459,8 +459,10 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
@@ -468,15 +470,13 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
             (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_traffic_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "cp_ulysses_mla_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_mla_traffic_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
             # out = b*inv0*(cp - 1)/((cp*cp)*t)
             numpy.subtract(cp, 1.0, out=out)
@@ -574,22 +574,22 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
         (a, dh, h, t) = _runtime.floats(xp, (a, dh, h, t))
         out = 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t
         return _runtime.broadcast(xp, out, (a, dh, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, h) = _runtime.reals("cp_linear_state_traffic_bytes", ("a", "dh", "h"), (a, dh, h))
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "cp_linear_state_traffic_bytes",
-        ("a", "dh", "h", "t", "inv0"),
-        (a, dh, h, t, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_linear_state_traffic_bytes",
+            ("a", "dh", "h", "t", "inv0"),
+            (a, dh, h, t, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dh, h, t, inv0 in call.blocks():
             # out = inv0/t
             numpy.divide(inv0, t, out=out)
@@ -626,15 +626,16 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
         tmp0 = (xp.minimum(cp, device_per_node) - 1)/(cp - 1)
         out = xp.where(xp.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0)
         return _runtime.broadcast(xp, out, (bw_inter, bw_intra, cp, device_per_node))
-    call = _runtime.Call(
-        "cp_topology_effective_bandwidth_gbps",
-        ("bw_inter", "bw_intra", "cp", "device_per_node"),
-        (bw_inter, bw_intra, cp, device_per_node),
-        reals=2,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_topology_effective_bandwidth_gbps",
+            ("bw_inter", "bw_intra", "cp", "device_per_node"),
+            (bw_inter, bw_intra, cp, device_per_node),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node in call.blocks():
             # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
             numpy.minimum(cp, device_per_node, out=r0)
@@ -678,15 +679,16 @@ def cp_topology_code(*, cp, device_per_node):
         (cp, device_per_node) = _runtime.floats(xp, (cp, device_per_node))
         out = xp.where(xp.less_equal(cp, device_per_node), 1, xp.where(xp.equal(xp.minimum(cp, device_per_node), 1), 2, 3))
         return _runtime.broadcast(xp, out, (cp, device_per_node))
-    call = _runtime.Call(
-        "cp_topology_code",
-        ("cp", "device_per_node"),
-        (cp, device_per_node),
-        reals=1,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_topology_code",
+            ("cp", "device_per_node"),
+            (cp, device_per_node),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, cp, device_per_node in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, device_per_node), 1,
             #     numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2, 3))
@@ -752,15 +754,16 @@ def cp_record_ring_directions_count(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = xp.where(xp.less_equal(cp, 1), 0, 2)
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "cp_record_ring_directions_count",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_ring_directions_count",
+            ("cp",),
+            (cp,),
+            reals=0,
+            masks=1,
+        )
         for out, m0, cp in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, 2)
             numpy.copyto(out, 2.0)
@@ -799,15 +802,16 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
         tmp0 = (xp.minimum(cp, device_per_node) - 1)/(cp - 1)
         out = xp.where(xp.less_equal(cp, 1), 0, xp.where(xp.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
         return _runtime.broadcast(xp, out, (bw_inter, bw_intra, cp, device_per_node))
-    call = _runtime.Call(
-        "cp_record_effective_bandwidth_gbps",
-        ("bw_inter", "bw_intra", "cp", "device_per_node"),
-        (bw_inter, bw_intra, cp, device_per_node),
-        reals=2,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_effective_bandwidth_gbps",
+            ("bw_inter", "bw_intra", "cp", "device_per_node"),
+            (bw_inter, bw_intra, cp, device_per_node),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, bw_inter, bw_intra, cp, device_per_node in call.blocks():
             # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
             numpy.minimum(cp, device_per_node, out=r0)
@@ -855,15 +859,16 @@ def cp_record_topology_code(*, cp, device_per_node):
         (cp, device_per_node) = _runtime.floats(xp, (cp, device_per_node))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.where(xp.less_equal(cp, device_per_node), 1, xp.where(xp.equal(xp.minimum(cp, device_per_node), 1), 2, 3)))
         return _runtime.broadcast(xp, out, (cp, device_per_node))
-    call = _runtime.Call(
-        "cp_record_topology_code",
-        ("cp", "device_per_node"),
-        (cp, device_per_node),
-        reals=1,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_topology_code",
+            ("cp", "device_per_node"),
+            (cp, device_per_node),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, cp, device_per_node in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
             #     device_per_node), 1, numpy.where(numpy.equal(numpy.minimum(cp, device_per_node),
@@ -937,22 +942,22 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
         (a, b, cp, dh, s, t) = _runtime.floats(xp, (a, b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 2*a*b*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*a*dh*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, s) = _runtime.reals("cp_ulysses_record_kv_volume_per_step_elements", ("a", "dh", "s"), (a, dh, s))
             inv0 = 2*a*dh*s
-    call = _runtime.Call(
-        "cp_ulysses_record_kv_volume_per_step_elements",
-        ("a", "b", "cp", "dh", "s", "t", "inv0"),
-        (a, b, cp, dh, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_record_kv_volume_per_step_elements",
+            ("a", "b", "cp", "dh", "s", "t", "inv0"),
+            (a, b, cp, dh, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -996,22 +1001,22 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
         (a, b, cp, dh, s, t) = _runtime.floats(xp, (a, b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*a*b*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*a*dh*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, s) = _runtime.reals("cp_ulysses_record_total_kv_volume_elements", ("a", "dh", "s"), (a, dh, s))
             inv0 = 4*a*dh*s
-    call = _runtime.Call(
-        "cp_ulysses_record_total_kv_volume_elements",
-        ("a", "b", "cp", "dh", "s", "t", "inv0"),
-        (a, b, cp, dh, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_record_total_kv_volume_elements",
+            ("a", "b", "cp", "dh", "s", "t", "inv0"),
+            (a, b, cp, dh, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1061,8 +1066,10 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(a*b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 4e-06*(a*dh*s)
@@ -1070,15 +1077,13 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
             (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_total_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
             inv0 = 1/bw_intra
             inv1 = 4e-06*(a*dh*s)
-    call = _runtime.Call(
-        "cp_ulysses_record_total_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_record_total_comm_time_ms",
+            ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -1144,8 +1149,10 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 2e-06*(a*b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 2e-06*(a*dh*s)
@@ -1153,15 +1160,13 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
             (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
             inv0 = 1/bw_intra
             inv1 = 2e-06*(a*dh*s)
-    call = _runtime.Call(
-        "cp_ulysses_record_exposed_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_record_exposed_comm_time_ms",
+            ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -1216,15 +1221,16 @@ def cp_ring_record_ring_steps_count(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = xp.where(xp.less_equal(cp, 1), 0, cp - 1)
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "cp_ring_record_ring_steps_count",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_record_ring_steps_count",
+            ("cp",),
+            (cp,),
+            reals=0,
+            masks=1,
+        )
         for out, m0, cp in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, cp - 1)
             numpy.subtract(cp, 1.0, out=out)
@@ -1262,22 +1268,22 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
         (b, cp, h, s, t) = _runtime.floats(xp, (b, cp, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*h*s/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*h*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (h, s) = _runtime.reals("cp_ring_mha_record_kv_volume_per_step_bytes", ("h", "s"), (h, s))
             inv0 = 4*h*s
-    call = _runtime.Call(
-        "cp_ring_mha_record_kv_volume_per_step_bytes",
-        ("b", "cp", "h", "s", "t", "inv0"),
-        (b, cp, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mha_record_kv_volume_per_step_bytes",
+            ("b", "cp", "h", "s", "t", "inv0"),
+            (b, cp, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
             numpy.multiply(inv0, b, out=out)
@@ -1317,22 +1323,22 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
         (b, cp, h, s, t) = _runtime.floats(xp, (b, cp, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*b*h*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*h*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (h, s) = _runtime.reals("cp_ring_mha_record_total_kv_volume_bytes", ("h", "s"), (h, s))
             inv0 = 8*h*s
-    call = _runtime.Call(
-        "cp_ring_mha_record_total_kv_volume_bytes",
-        ("b", "cp", "h", "s", "t", "inv0"),
-        (b, cp, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mha_record_total_kv_volume_bytes",
+            ("b", "cp", "h", "s", "t", "inv0"),
+            (b, cp, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1382,8 +1388,10 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*h*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 8e-06*(h*s)
@@ -1391,15 +1399,13 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_total_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
             inv0 = 1/bw_intra
             inv1 = 8e-06*(h*s)
-    call = _runtime.Call(
-        "cp_ring_mha_record_total_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
-        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mha_record_total_comm_time_ms",
+            ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
+            (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -1465,8 +1471,10 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*h*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 4e-06*(h*s)
@@ -1474,15 +1482,13 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_exposed_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
             inv0 = 1/bw_intra
             inv1 = 4e-06*(h*s)
-    call = _runtime.Call(
-        "cp_ring_mha_record_exposed_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
-        (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mha_record_exposed_comm_time_ms",
+            ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
+            (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -1544,22 +1550,22 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
         (a, b, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, cp, dh, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*dh*s*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
             inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "cp_ring_gqa_record_kv_volume_per_step_bytes",
-        ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
-        (a, b, cp, dh, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_gqa_record_kv_volume_per_step_bytes",
+            ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
+            (a, b, cp, dh, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
             numpy.multiply(inv0, b, out=out)
@@ -1602,22 +1608,22 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
         (a, b, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, cp, dh, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, cp, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_kv_volume_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
             inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "cp_ring_gqa_record_total_kv_volume_bytes",
-        ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
-        (a, b, cp, dh, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_gqa_record_total_kv_volume_bytes",
+            ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
+            (a, b, cp, dh, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1670,8 +1676,10 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -1679,15 +1687,13 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
             (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
             inv0 = 1/bw_intra
             inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "cp_ring_gqa_record_total_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_gqa_record_total_comm_time_ms",
+            ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -1756,8 +1762,10 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -1765,15 +1773,13 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
             (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
             inv0 = 1/bw_intra
             inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "cp_ring_gqa_record_exposed_comm_time_ms",
-        ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
-        (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_gqa_record_exposed_comm_time_ms",
+            ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -1832,22 +1838,22 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
         (b, cp, dh, s, t) = _runtime.floats(xp, (b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*dh*s/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*dh*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (dh, s) = _runtime.reals("cp_ring_mqa_record_kv_volume_per_step_bytes", ("dh", "s"), (dh, s))
             inv0 = 4*dh*s
-    call = _runtime.Call(
-        "cp_ring_mqa_record_kv_volume_per_step_bytes",
-        ("b", "cp", "dh", "s", "t", "inv0"),
-        (b, cp, dh, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mqa_record_kv_volume_per_step_bytes",
+            ("b", "cp", "dh", "s", "t", "inv0"),
+            (b, cp, dh, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
             numpy.multiply(inv0, b, out=out)
@@ -1887,22 +1893,22 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
         (b, cp, dh, s, t) = _runtime.floats(xp, (b, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*b*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*dh*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (dh, s) = _runtime.reals("cp_ring_mqa_record_total_kv_volume_bytes", ("dh", "s"), (dh, s))
             inv0 = 8*dh*s
-    call = _runtime.Call(
-        "cp_ring_mqa_record_total_kv_volume_bytes",
-        ("b", "cp", "dh", "s", "t", "inv0"),
-        (b, cp, dh, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mqa_record_total_kv_volume_bytes",
+            ("b", "cp", "dh", "s", "t", "inv0"),
+            (b, cp, dh, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1952,8 +1958,10 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 8e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 8e-06*(dh*s)
@@ -1961,15 +1969,13 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_total_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
             inv0 = 1/bw_intra
             inv1 = 8e-06*(dh*s)
-    call = _runtime.Call(
-        "cp_ring_mqa_record_total_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mqa_record_total_comm_time_ms",
+            ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -2035,8 +2041,10 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*dh*s*tmp0*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 4e-06*(dh*s)
@@ -2044,15 +2052,13 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_exposed_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
             inv0 = 1/bw_intra
             inv1 = 4e-06*(dh*s)
-    call = _runtime.Call(
-        "cp_ring_mqa_record_exposed_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mqa_record_exposed_comm_time_ms",
+            ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -2113,22 +2119,22 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         (b, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, cp, dh, dhr, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 2*b*n_kv*s*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*n_kv*s*(2*dh + dhr)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_kv_volume_per_step_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
             inv0 = 2*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "cp_ring_mla_record_kv_volume_per_step_bytes",
-        ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-        (b, cp, dh, dhr, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mla_record_kv_volume_per_step_bytes",
+            ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+            (b, cp, dh, dhr, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
             numpy.multiply(inv0, b, out=out)
@@ -2170,22 +2176,22 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         (b, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, cp, dh, dhr, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, cp, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*n_kv*s*(2*dh + dhr)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_kv_volume_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
             inv0 = 4*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "cp_ring_mla_record_total_kv_volume_bytes",
-        ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-        (b, cp, dh, dhr, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mla_record_total_kv_volume_bytes",
+            ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+            (b, cp, dh, dhr, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2237,8 +2243,10 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 4e-06*(b*n_kv*s*tmp0*(2*dh + dhr)*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
@@ -2246,15 +2254,13 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
             inv0 = 1/bw_intra
             inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
-    call = _runtime.Call(
-        "cp_ring_mla_record_total_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mla_record_total_comm_time_ms",
+            ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -2322,8 +2328,10 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         tmp1 = (xp.minimum(cp, device_per_node) - 1)/tmp0
         out = xp.where(xp.less_equal(cp, 1), 0, 2e-06*(b*n_kv*s*tmp0*(2*dh + dhr)*xp.where(xp.less_equal(cp, device_per_node), 1/bw_intra, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/bw_intra
             inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
@@ -2331,15 +2339,13 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_exposed_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
             inv0 = 1/bw_intra
             inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
-    call = _runtime.Call(
-        "cp_ring_mla_record_exposed_comm_time_ms",
-        ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
-        (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mla_record_exposed_comm_time_ms",
+            ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
             # tmp0 = cp - 1 -> r0
             numpy.subtract(cp, 1.0, out=r0)
@@ -2395,15 +2401,16 @@ def cp_record_mha_kv_dim_elements(*, cp, h, t):
         (cp, h, t) = _runtime.floats(xp, (cp, h, t))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(h/t))
         return _runtime.broadcast(xp, out, (cp, h, t))
-    call = _runtime.Call(
-        "cp_record_mha_kv_dim_elements",
-        ("cp", "h", "t"),
-        (cp, h, t),
-        reals=1,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_mha_kv_dim_elements",
+            ("cp", "h", "t"),
+            (cp, h, t),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, cp, h, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(h/t))
             numpy.divide(h, t, out=r0)
@@ -2441,22 +2448,22 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
         (a, cp, dh, n_kv, t) = _runtime.floats(xp, (a, cp, dh, n_kv, t))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/t))
         return _runtime.broadcast(xp, out, (a, cp, dh, n_kv, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, n_kv) = _runtime.reals("cp_record_gqa_kv_dim_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
             inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "cp_record_gqa_kv_dim_elements",
-        ("a", "cp", "dh", "n_kv", "t", "inv0"),
-        (a, cp, dh, n_kv, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_gqa_kv_dim_elements",
+            ("a", "cp", "dh", "n_kv", "t", "inv0"),
+            (a, cp, dh, n_kv, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, n_kv, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
             numpy.divide(inv0, t, out=r0)
@@ -2492,15 +2499,16 @@ def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
         (cp, dh, t) = _runtime.floats(xp, (cp, dh, t))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(dh/t))
         return _runtime.broadcast(xp, out, (cp, dh, t))
-    call = _runtime.Call(
-        "cp_record_mqa_kv_dim_elements",
-        ("cp", "dh", "t"),
-        (cp, dh, t),
-        reals=1,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_mqa_kv_dim_elements",
+            ("cp", "dh", "t"),
+            (cp, dh, t),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, cp, dh, t in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(dh/t))
             numpy.divide(dh, t, out=r0)
@@ -2538,22 +2546,22 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
         (cp, dh, dhr, n_kv, t) = _runtime.floats(xp, (cp, dh, dhr, n_kv, t))
         out = xp.where(xp.less_equal(cp, 1), 0, xp.floor(0.5*(n_kv*(2*dh + dhr)/t)))
         return _runtime.broadcast(xp, out, (cp, dh, dhr, n_kv, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 0.5*(n_kv*(2*dh + dhr))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (dh, dhr, n_kv) = _runtime.reals("cp_record_mla_kv_dim_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
             inv0 = 0.5*(n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "cp_record_mla_kv_dim_elements",
-        ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
-        (cp, dh, dhr, n_kv, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_record_mla_kv_dim_elements",
+            ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
+            (cp, dh, dhr, n_kv, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, cp, dh, dhr, n_kv, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
             numpy.divide(inv0, t, out=r0)
@@ -2596,22 +2604,22 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "cp_ulysses_mha_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_mha_record_comm_volume_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2656,22 +2664,22 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*h*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_record_comm_volume_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
             inv0 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "cp_ring_mha_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mha_record_comm_volume_bytes",
+            ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+            (b, bytes_compute, cp, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2719,22 +2727,22 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "cp_ulysses_gqa_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_gqa_record_comm_volume_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2782,22 +2790,22 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
         (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "cp_ring_gqa_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_gqa_record_comm_volume_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2844,22 +2852,22 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "cp_ulysses_mqa_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_mqa_record_comm_volume_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2904,22 +2912,22 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_record_comm_volume_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
             inv0 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "cp_ring_mqa_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
-        (b, bytes_compute, cp, dh, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mqa_record_comm_volume_bytes",
+            ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
+            (b, bytes_compute, cp, dh, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -2970,8 +2978,10 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
@@ -2979,15 +2989,13 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
             (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "cp_ulysses_mla_record_comm_volume_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ulysses_mla_record_comm_volume_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -3034,22 +3042,22 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_comm_volume_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
             inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "cp_ring_mla_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_mla_record_comm_volume_bytes",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+            (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -3092,22 +3100,22 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
         (a, cp, dh, h, t) = _runtime.floats(xp, (a, cp, dh, h, t))
         out = xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)
         return _runtime.broadcast(xp, out, (a, cp, dh, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, h) = _runtime.reals("cp_linear_state_record_comm_volume_bytes", ("a", "dh", "h"), (a, dh, h))
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "cp_linear_state_record_comm_volume_bytes",
-        ("a", "cp", "dh", "h", "t", "inv0"),
-        (a, cp, dh, h, t, inv0),
-        reals=0,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_linear_state_record_comm_volume_bytes",
+            ("a", "cp", "dh", "h", "t", "inv0"),
+            (a, cp, dh, h, t, inv0),
+            reals=0,
+            masks=1,
+        )
         for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
             # out = numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
             numpy.divide(inv0, t, out=out)
@@ -3151,22 +3159,22 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = 2*b*bytes_compute*s*xp.where(xp.equal(n_kv, 0), a, n_kv)*xp.where(xp.equal(dh, 0), h/a, dh)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_send_recv_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-    call = _runtime.Call(
-        "cp_ring_send_recv_msg_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_send_recv_msg_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
             # out = b*inv0/(cp*t)
             numpy.multiply(inv0, b, out=out)
@@ -3253,22 +3261,22 @@ def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stag
         (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t))
         out = 6*b*bytes_compute*m*n_layers_stage*s*(cp - 1)*xp.where(xp.equal(n_kv, 0), a, n_kv)*xp.where(xp.equal(dh, 0), h/a, dh)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-    call = _runtime.Call(
-        "cp_ring_step_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "cp_ring_step_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0 in call.blocks():
             # out = b*inv0*m*n_layers_stage*(cp - 1)/(cp*t)
             numpy.subtract(cp, 1.0, out=out)

@@ -105,15 +105,16 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
         tmp0 = P_r + P_s
         out = xp.where(xp.equal(tmp0, 0), 0, tmp0/xp.maximum(ep, t_exp) + tmp0/(cp*ep*t_exp))
         return _runtime.broadcast(xp, out, (P_r, P_s, cp, ep, t_exp))
-    call = _runtime.Call(
-        "dp_none_zero2_layer_params",
-        ("P_r", "P_s", "cp", "ep", "t_exp"),
-        (P_r, P_s, cp, ep, t_exp),
-        reals=2,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "dp_none_zero2_layer_params",
+            ("P_r", "P_s", "cp", "ep", "t_exp"),
+            (P_r, P_s, cp, ep, t_exp),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
             numpy.add(P_r, P_s, out=r0)
@@ -162,15 +163,16 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
         tmp0 = P_r + P_s
         out = xp.where(xp.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
         return _runtime.broadcast(xp, out, (P_r, P_s, cp, ep, t_exp))
-    call = _runtime.Call(
-        "dp_none_zero3_layer_params",
-        ("P_r", "P_s", "cp", "ep", "t_exp"),
-        (P_r, P_s, cp, ep, t_exp),
-        reals=2,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "dp_none_zero3_layer_params",
+            ("P_r", "P_s", "cp", "ep", "t_exp"),
+            (P_r, P_s, cp, ep, t_exp),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
             numpy.add(P_r, P_s, out=r0)
@@ -263,15 +265,16 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         tmp2 = P_r + P_s
         out = tmp0 + xp.where(xp.equal(tmp2, 0), 0, tmp2/xp.maximum(ep, t_exp) + tmp2/(cp*ep*t_exp)) + tmp0/cp
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
-    call = _runtime.Call(
-        "dp_zero2_zero2_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-        (P_ne, P_r, P_s, cp, ep, t, t_exp),
-        reals=4,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "dp_zero2_zero2_layer_params",
+            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_ne/t -> r0
             numpy.divide(P_ne, t, out=r0)
@@ -328,15 +331,16 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         tmp2 = P_r + P_s
         out = tmp0 + xp.where(xp.equal(tmp2, 0), 0, tmp2/(cp*ep*t_exp)) + tmp0/cp
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
-    call = _runtime.Call(
-        "dp_zero2_zero3_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-        (P_ne, P_r, P_s, cp, ep, t, t_exp),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "dp_zero2_zero3_layer_params",
+            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_ne/t -> r0
             numpy.divide(P_ne, t, out=r0)
@@ -428,15 +432,16 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         tmp0 = P_r + P_s
         out = P_ne/t + xp.where(xp.equal(tmp0, 0), 0, tmp0/xp.maximum(ep, t_exp) + tmp0/(cp*ep*t_exp))
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
-    call = _runtime.Call(
-        "dp_zero3_zero2_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-        (P_ne, P_r, P_s, cp, ep, t, t_exp),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "dp_zero3_zero2_layer_params",
+            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
             numpy.add(P_r, P_s, out=r0)
@@ -489,15 +494,16 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
         tmp0 = P_r + P_s
         out = P_ne/t + xp.where(xp.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, cp, ep, t, t_exp))
-    call = _runtime.Call(
-        "dp_zero3_zero3_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-        (P_ne, P_r, P_s, cp, ep, t, t_exp),
-        reals=2,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "dp_zero3_zero3_layer_params",
+            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
             # tmp0 = P_r + P_s -> r0
             numpy.add(P_r, P_s, out=r0)
@@ -722,45 +728,48 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
+    # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard) = _runtime.floats(xp, (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
         out = xp.where(xp.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp - 1)*xp.where(xp.equal(n_exp, 1), 0.0625, 0.8*1/xp.maximum(1, ep/device_intra_node_num))/d)
         return _runtime.broadcast(xp, out, (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
-    # Once per call: what depends on the model's and the run's fields alone.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/device_intra_node_num
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (device_intra_node_num,) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num",), (device_intra_node_num,))
-            inv0 = 1/device_intra_node_num
-    call = _runtime.Call(
-        "dp_legacy_ratio",
-        ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv0"),
-        (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv0),
-        reals=1,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv0 in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.equal(n_exp, 1)
+            inv1 = 1/device_intra_node_num
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (device_intra_node_num, n_exp) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num", "n_exp"), (device_intra_node_num, n_exp))
+            inv0 = numpy.equal(n_exp, 1)
+            inv1 = 1/device_intra_node_num
+        call = _runtime.Call(
+            "dp_legacy_ratio",
+            ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv1"),
+            (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1),
+            reals=1,
+            masks=2,
+        )
+        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1 in call.blocks():
+            # inv0_mask = numpy.equal(n_exp, 1) -> m0
+            numpy.equal(n_exp, 1.0, out=m0)
             # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
-            #     1)*numpy.where(numpy.equal(n_exp, 1), 0.0625, 0.8*1/numpy.maximum(1, ep*inv0))/d)
-            numpy.equal(comm_d_non_exp, 0.0, out=m0)
-            if not m0.all():
+            #     1)*numpy.where(inv0_mask, 0.0625, 0.8*1/numpy.maximum(1, ep*inv1))/d)
+            numpy.equal(comm_d_non_exp, 0.0, out=m1)
+            if not m1.all():
                 numpy.subtract(comm_d_non_exp, 1.0, out=out)
-                numpy.equal(n_exp, 1.0, out=m1)
-                if not m1.all():
-                    numpy.multiply(inv0, ep, out=r0)
+                if not m0.all():
+                    numpy.multiply(inv1, ep, out=r0)
                     numpy.maximum(r0, 1.0, out=r0)
                     numpy.divide(0.8, r0, out=r0)
-                numpy.copyto(r0, 0.0625, where=m1)
+                numpy.copyto(r0, 0.0625, where=m0)
                 numpy.multiply(out, r0, out=out)
                 numpy.multiply(out, os_max_shard, out=out)
                 numpy.divide(out, d, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+            numpy.copyto(out, 0.0, where=m1)
     return call.out
 
 

@@ -61,22 +61,22 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
         (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep - 1)/(cp*ep))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*h*n_chosen_exp*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("ep_balanced_layer_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
             inv0 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "ep_balanced_layer_bytes",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s", "inv0"),
-        (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "ep_balanced_layer_bytes",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s", "inv0"),
+            (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
             #     0, b*comm_ep*inv0*mb*(ep - 1)/(cp*ep))
@@ -128,22 +128,22 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
         (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep - 1)/ep)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*h
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h) = _runtime.reals("ep_imbalanced_layer_bytes", ("bytes_compute", "h"), (bytes_compute, h))
             inv0 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "ep_imbalanced_layer_bytes",
-        ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb", "inv0"),
-        (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0),
-        reals=0,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "ep_imbalanced_layer_bytes",
+            ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb", "inv0"),
+            (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0),
+            reals=0,
+            masks=2,
+        )
         for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
             #     0, comm_ep*inv0*max_rank_tokens*mb*(ep - 1)/ep)
@@ -197,22 +197,22 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
         (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
         out = 4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/xp.minimum(device_intra_node_num, ep) + xp.where(xp.less(device_intra_node_num, ep), device_intra_node_num*os_max_shard/ep, 0))*xp.maximum(4, os_max_shard)/t
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_legacy_ff_mm_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
             inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "ep_legacy_ff_mm_bytes",
-        ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t", "inv0"),
-        (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "ep_legacy_ff_mm_bytes",
+            ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t", "inv0"),
+            (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0 in call.blocks():
             # out = b*inv0*(os_max_shard/numpy.minimum(device_intra_node_num, ep) +
             #     numpy.where(numpy.less(device_intra_node_num, ep),

@@ -974,8 +974,10 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
         tmp3 = xp.maximum(1, d*tmp0)
         out = tmp1*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_grad
             inv1 = h*v
@@ -983,15 +985,13 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
             (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
             inv0 = 2*bytes_grad
             inv1 = h*v
-    call = _runtime.Call(
-        "fsdp_tied_embedding_traffic_bytes",
-        ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
-        (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "fsdp_tied_embedding_traffic_bytes",
+            ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
+            (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -1063,8 +1063,10 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*reduces*tmp2*(tmp1 - 1)*xp.where(xp.less_equal(p, 1), 0, h*v)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = 2*bytes_grad
@@ -1072,15 +1074,13 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
             (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
             inv0 = h*v
             inv1 = 2*bytes_grad
-    call = _runtime.Call(
-        "fsdp_tied_embedding_reduce_traffic_bytes",
-        ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
-        (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "fsdp_tied_embedding_reduce_traffic_bytes",
+            ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
+            (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -1378,15 +1378,16 @@ def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
         (m, shard_p_os_non_exp_partial, t) = _runtime.floats(xp, (m, shard_p_os_non_exp_partial, t))
         out = xp.where(xp.greater(shard_p_os_non_exp_partial, t), 1/m, 1)
         return _runtime.broadcast(xp, out, (m, shard_p_os_non_exp_partial, t))
-    call = _runtime.Call(
-        "fsdp_cp_spanning_reduces_count",
-        ("m", "shard_p_os_non_exp_partial", "t"),
-        (m, shard_p_os_non_exp_partial, t),
-        reals=1,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "fsdp_cp_spanning_reduces_count",
+            ("m", "shard_p_os_non_exp_partial", "t"),
+            (m, shard_p_os_non_exp_partial, t),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, m, shard_p_os_non_exp_partial, t in call.blocks():
             # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 1/m, 1)
             numpy.copyto(out, 1.0)
@@ -1425,15 +1426,16 @@ def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
         (cp, m, shard_p_os_non_exp_partial, t) = _runtime.floats(xp, (cp, m, shard_p_os_non_exp_partial, t))
         out = xp.where(xp.greater(shard_p_os_non_exp_partial, cp*t), 1/m, 1)
         return _runtime.broadcast(xp, out, (cp, m, shard_p_os_non_exp_partial, t))
-    call = _runtime.Call(
-        "fsdp_cp_separate_reduces_count",
-        ("cp", "m", "shard_p_os_non_exp_partial", "t"),
-        (cp, m, shard_p_os_non_exp_partial, t),
-        reals=1,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "fsdp_cp_separate_reduces_count",
+            ("cp", "m", "shard_p_os_non_exp_partial", "t"),
+            (cp, m, shard_p_os_non_exp_partial, t),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, cp, m, shard_p_os_non_exp_partial, t in call.blocks():
             # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, cp*t), 1/m, 1)
             numpy.copyto(out, 1.0)

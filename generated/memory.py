@@ -142,7 +142,7 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_p, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -151,25 +151,32 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
         tmp1 = part_size*tmp0
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1/xp.maximum(1, part_sharded*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_p, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_weights_bytes",
-        ("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_p, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 3)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_weights_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_part_weights_bytes",
+            ("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_p, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = part_size*tmp0 -> r1
             numpy.multiply(r0, part_size, out=r1)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1/numpy.maximum(1,
-            #     part_sharded*tmp0), tmp1)
+            # out = bytes_p*numpy.where(inv0_mask, tmp1/numpy.maximum(1, part_sharded*tmp0), tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.multiply(r0, part_sharded, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -202,7 +209,7 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_grad, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -211,25 +218,33 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
         tmp1 = part_size*tmp0
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1/xp.maximum(1, part_sharded*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_gradients_bytes",
-        ("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_grad, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 2)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_gradients_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 2)
+        call = _runtime.Call(
+            "memory_part_gradients_bytes",
+            ("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_grad, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = part_size*tmp0 -> r1
             numpy.multiply(r0, part_size, out=r1)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1/numpy.maximum(1,
-            #     part_sharded*tmp0), tmp1)
+            # out = bytes_grad*numpy.where(inv0_mask, tmp1/numpy.maximum(1, part_sharded*tmp0),
+            #     tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.multiply(r0, part_sharded, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -263,7 +278,7 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
+    # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_optimizer, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -272,25 +287,33 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
         tmp1 = part_size*tmp0
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1/xp.maximum(1, part_sharded*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_optimizer, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_optimizer_bytes",
-        ("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_optimizer, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 1)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_optimizer_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 1)
+        call = _runtime.Call(
+            "memory_part_optimizer_bytes",
+            ("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_optimizer, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_optimizer, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = part_size*tmp0 -> r1
             numpy.multiply(r0, part_size, out=r1)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp1/numpy.maximum(1, part_sharded*tmp0), tmp1)
+            # out = bytes_optimizer*numpy.where(inv0_mask, tmp1/numpy.maximum(1, part_sharded*tmp0),
+            #     tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.multiply(r0, part_sharded, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -328,7 +351,7 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -337,16 +360,33 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
         tmp1 = 1/xp.maximum(1, part_sharded*tmp0)
         out = part_size*tmp0*(bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1, 1) + bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1, 1) + bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1, 1))
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level))
-    call = _runtime.Call(
-        "memory_part_model_states_bytes",
-        ("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-        (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level),
-        reals=3,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, m0, bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater_equal(zero_level, 2)
+            inv1 = numpy.greater_equal(zero_level, 1)
+            inv2 = numpy.greater_equal(zero_level, 3)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (zero_level,) = _runtime.reals("memory_part_model_states_bytes", ("zero_level",), (zero_level,))
+            inv0 = numpy.greater_equal(zero_level, 2)
+            inv1 = numpy.greater_equal(zero_level, 1)
+            inv2 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_part_model_states_bytes",
+            ("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
+            (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level),
+            reals=3,
+            masks=3,
+        )
+        for out, r0, r1, r2, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level in call.blocks():
+            # inv0_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # inv2_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
             numpy.maximum(1.0, part_computed, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -354,21 +394,18 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
             numpy.multiply(r0, part_sharded, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # out = part_size*tmp0*(bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1,
-            #     1) + bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1), tmp1, 1) +
-            #     bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1, 1))
+            # out = part_size*tmp0*(bytes_grad*numpy.where(inv0_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(inv1_mask, tmp1, 1) + bytes_p*numpy.where(inv2_mask,
+            #     tmp1, 1))
             numpy.copyto(out, 1.0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.copyto(out, r1, where=m0)
             numpy.multiply(out, bytes_grad, out=out)
             numpy.copyto(r2, 1.0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            numpy.copyto(r2, r1, where=m0)
+            numpy.copyto(r2, r1, where=m1)
             numpy.multiply(r2, bytes_optimizer, out=r2)
             numpy.add(out, r2, out=out)
             numpy.copyto(r2, 1.0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
-            numpy.copyto(r2, r1, where=m0)
+            numpy.copyto(r2, r1, where=m2)
             numpy.multiply(r2, bytes_p, out=r2)
             numpy.add(out, r2, out=out)
             numpy.multiply(out, r0, out=out)
@@ -404,7 +441,7 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_p, gather_embed, h, shard_embed, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -413,23 +450,27 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
         tmp1 = h*tmp0*v
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1/xp.maximum(1, shard_embed*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_p, gather_embed, h, shard_embed, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, v) = _runtime.reals("memory_embedding_weights_bytes", ("h", "v"), (h, v))
+            (h, v, zero_level) = _runtime.reals("memory_embedding_weights_bytes", ("h", "v", "zero_level"), (h, v, zero_level))
             inv0 = h*v
-    call = _runtime.Call(
-        "memory_embedding_weights_bytes",
-        ("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
-        (bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_embedding_weights_bytes",
+            ("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
+            (bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_p, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -437,10 +478,8 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1)
+            # out = bytes_p*numpy.where(inv1_mask, tmp1/numpy.maximum(1, shard_embed*tmp0), tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -477,7 +516,7 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_grad, gather_embed, h, shard_embed, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -486,23 +525,27 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
         tmp1 = h*tmp0*v
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1/xp.maximum(1, shard_embed*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, gather_embed, h, shard_embed, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, v) = _runtime.reals("memory_embedding_gradients_bytes", ("h", "v"), (h, v))
+            (h, v, zero_level) = _runtime.reals("memory_embedding_gradients_bytes", ("h", "v", "zero_level"), (h, v, zero_level))
             inv0 = h*v
-    call = _runtime.Call(
-        "memory_embedding_gradients_bytes",
-        ("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
-        (bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 2)
+        call = _runtime.Call(
+            "memory_embedding_gradients_bytes",
+            ("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
+            (bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -510,10 +553,8 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1)
+            # out = bytes_grad*numpy.where(inv1_mask, tmp1/numpy.maximum(1, shard_embed*tmp0), tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -551,7 +592,7 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
+    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_optimizer, gather_embed, h, shard_embed, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -560,23 +601,27 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
         tmp1 = h*tmp0*v
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1/xp.maximum(1, shard_embed*tmp0), tmp1)
         return _runtime.broadcast(xp, out, (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, v) = _runtime.reals("memory_embedding_optimizer_bytes", ("h", "v"), (h, v))
+            (h, v, zero_level) = _runtime.reals("memory_embedding_optimizer_bytes", ("h", "v", "zero_level"), (h, v, zero_level))
             inv0 = h*v
-    call = _runtime.Call(
-        "memory_embedding_optimizer_bytes",
-        ("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
-        (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 1)
+        call = _runtime.Call(
+            "memory_embedding_optimizer_bytes",
+            ("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level", "inv0"),
+            (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -584,10 +629,9 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp1/numpy.maximum(1, shard_embed*tmp0), tmp1)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp1/numpy.maximum(1, shard_embed*tmp0),
+            #     tmp1)
             numpy.copyto(out, r1)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
             numpy.divide(r1, r2, out=r2)
@@ -626,7 +670,7 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -634,38 +678,41 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
         tmp1 = (h*v*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v)/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp1/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
         return _runtime.broadcast(xp, out, (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, tie_emb_out, v) = _runtime.reals("memory_output_weights_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
+            (h, tie_emb_out, v, zero_level) = _runtime.reals("memory_output_weights_bytes", ("h", "tie_emb_out", "v", "zero_level"), (h, tie_emb_out, v, zero_level))
             inv0 = -tie_emb_out
             inv1 = h*v
-    call = _runtime.Call(
-        "memory_output_weights_bytes",
-        ("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
-        (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            inv2 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_output_weights_bytes",
+            ("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
+            (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
+        for out, r0, r1, m0, m1, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            # inv2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 1.0, where=m0)
+            numpy.less_equal(p, 1.0, out=m1)
+            numpy.copyto(r0, 1.0, where=m1)
             numpy.multiply(r0, inv0, out=r0)
             numpy.add(r0, 1.0, out=r0)
             numpy.multiply(r0, inv1, out=r0)
             numpy.add(r0, v, out=r0)
             numpy.divide(r0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp1/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv2_mask, tmp1/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp1)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -704,7 +751,7 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -712,38 +759,41 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
         tmp1 = (h*v*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v)/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp1/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, tie_emb_out, v) = _runtime.reals("memory_output_gradients_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
+            (h, tie_emb_out, v, zero_level) = _runtime.reals("memory_output_gradients_bytes", ("h", "tie_emb_out", "v", "zero_level"), (h, tie_emb_out, v, zero_level))
             inv0 = -tie_emb_out
             inv1 = h*v
-    call = _runtime.Call(
-        "memory_output_gradients_bytes",
-        ("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
-        (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            inv2 = numpy.greater_equal(zero_level, 2)
+        call = _runtime.Call(
+            "memory_output_gradients_bytes",
+            ("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
+            (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
+        for out, r0, r1, m0, m1, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 1.0, where=m0)
+            numpy.less_equal(p, 1.0, out=m1)
+            numpy.copyto(r0, 1.0, where=m1)
             numpy.multiply(r0, inv0, out=r0)
             numpy.add(r0, 1.0, out=r0)
             numpy.multiply(r0, inv1, out=r0)
             numpy.add(r0, v, out=r0)
             numpy.divide(r0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp1/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv2_mask, tmp1/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp1)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -783,7 +833,7 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
+    # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -791,38 +841,41 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
         tmp1 = (h*v*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v)/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp1/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
         return _runtime.broadcast(xp, out, (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -tie_emb_out
             inv1 = h*v
+            inv2 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, tie_emb_out, v) = _runtime.reals("memory_output_optimizer_bytes", ("h", "tie_emb_out", "v"), (h, tie_emb_out, v))
+            (h, tie_emb_out, v, zero_level) = _runtime.reals("memory_output_optimizer_bytes", ("h", "tie_emb_out", "v", "zero_level"), (h, tie_emb_out, v, zero_level))
             inv0 = -tie_emb_out
             inv1 = h*v
-    call = _runtime.Call(
-        "memory_output_optimizer_bytes",
-        ("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
-        (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            inv2 = numpy.greater_equal(zero_level, 1)
+        call = _runtime.Call(
+            "memory_output_optimizer_bytes",
+            ("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
+            (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
+        for out, r0, r1, m0, m1, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1 in call.blocks():
+            # inv2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp1 = (inv1*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)/t -> r0
             numpy.copyto(r0, 0.0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 1.0, where=m0)
+            numpy.less_equal(p, 1.0, out=m1)
+            numpy.copyto(r0, 1.0, where=m1)
             numpy.multiply(r0, inv0, out=r0)
             numpy.add(r0, 1.0, out=r0)
             numpy.multiply(r0, inv1, out=r0)
             numpy.add(r0, v, out=r0)
             numpy.divide(r0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp1/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp1)
+            # out = bytes_optimizer*numpy.where(inv2_mask, tmp1/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp1)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -885,7 +938,7 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -897,37 +950,40 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
         tmp5 = (attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp5/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("memory_standard_dense_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level) = _runtime.reals("memory_standard_dense_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level))
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_layer_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_standard_dense_layer_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp5/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv1_mask, tmp5/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp5)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -990,7 +1046,7 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1002,37 +1058,40 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
         tmp5 = (attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp5/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("memory_standard_dense_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level) = _runtime.reals("memory_standard_dense_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level))
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_layer_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 2)
+        call = _runtime.Call(
+            "memory_standard_dense_layer_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp5/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv1_mask, tmp5/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp5)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -1096,7 +1155,7 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1108,37 +1167,40 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
         tmp5 = (attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp5/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("memory_standard_dense_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level) = _runtime.reals("memory_standard_dense_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, zero_level))
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp2 = h + qkv_bias
             tmp3 = a*tmp1
             tmp4 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp4*(o_bias + tmp3) + 0.5*(n_attMM*n_kv*tmp1*tmp2) + 2*n_qknorm*tmp1 + tmp2*tmp3*tmp4*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_layer_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 1)
+        call = _runtime.Call(
+            "memory_standard_dense_layer_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp5/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp5)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp5/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp5)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -1194,8 +1256,10 @@ def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh
         tmp4 = a*tmp3
         out = b*s*(bytes_compute*(hff*n_ffMM/t + 4*tmp2 + tmp4/t + (2*tmp3*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp4)/t) + 2*dropout*tmp2 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp4 = a*tmp3
@@ -1213,15 +1277,13 @@ def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh
             inv2 = 2*dropout
             inv3 = 4*flash_attention
             inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_standard_dense_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4),
-        reals=3,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4),
+            reals=3,
+            masks=0,
+        )
         for out, r0, r1, r2, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -1292,8 +1354,10 @@ def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compu
         tmp3 = a*tmp2
         out = b*s*(bytes_compute*(hff*n_ffMM/t + 4*tmp0 + tmp3/t + (2*tmp2*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp3)/t) + 2*dropout*tmp0)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp3 = a*tmp2
@@ -1307,15 +1371,13 @@ def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compu
             inv0 = 2*tmp2*numpy.where(numpy.greater(n_kv, 0), n_kv, a) + tmp3
             inv1 = hff*n_ffMM
             inv2 = 2*dropout
-    call = _runtime.Call(
-        "memory_standard_dense_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp3", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2),
-        reals=2,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp3", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2),
+            reals=2,
+            masks=0,
+        )
         for out, r0, r1, a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -1404,7 +1466,7 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1425,43 +1487,45 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
         tmp13 = tmp8*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1))
         out = bytes_p*(xp.where(tmp4, tmp13/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp13) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("memory_standard_moe_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level) = _runtime.reals("memory_standard_moe_layer_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -1482,10 +1546,10 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.divide(1.0, t, out=r5)
             # tmp13 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_p*(numpy.where(tmp4, tmp13/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_p*(numpy.where(tmp4_mask, tmp13/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -1576,7 +1640,7 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1597,43 +1661,45 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
         tmp13 = tmp8*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1))
         out = bytes_grad*(xp.where(tmp4, tmp13/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp13) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("memory_standard_moe_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level) = _runtime.reals("memory_standard_moe_layer_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -1654,10 +1720,10 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, t, out=r5)
             # tmp13 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_grad*(numpy.where(tmp4, tmp13/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_grad*(numpy.where(tmp4_mask, tmp13/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -1749,7 +1815,7 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1770,43 +1836,45 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
         tmp13 = tmp8*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1))
         out = bytes_optimizer*(xp.where(tmp4, tmp13/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp13) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("memory_standard_moe_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level) = _runtime.reals("memory_standard_moe_layer_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = h + qkv_bias
             tmp11 = a*tmp9
             tmp12 = 0.25*n_attMM
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp12*(o_bias + tmp11) + 0.5*(n_attMM*n_kv*tmp10*tmp9) + 2*n_qknorm*tmp9 + tmp10*tmp11*tmp12*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -1827,10 +1895,10 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, t, out=r5)
             # tmp13 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_optimizer*(numpy.where(tmp4, tmp13/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_optimizer*(numpy.where(tmp4_mask, tmp13/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp13) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -1909,8 +1977,10 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
         tmp7 = a*tmp6
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp4 + tmp5/t_exp) + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp3 + tmp7/t + (2*tmp6*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp7)/t) + dropout*tmp4 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -1930,15 +2000,13 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
             inv2 = cap_fact*n_chosen_exp
             inv3 = 4*flash_attention
             inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_standard_moe_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -2026,8 +2094,10 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
         tmp6 = a*tmp5
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp2 + tmp4/t_exp) + n_exp/sp + n_shared_exp*tmp4/t + 4*tmp1 + tmp6/t + (2*tmp5*xp.where(xp.greater(n_kv, 0), n_kv, a) + tmp6)/t) + dropout*tmp2)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -2043,15 +2113,13 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
             inv0 = 2*tmp5*numpy.where(numpy.greater(n_kv, 0), n_kv, a) + tmp6
             inv1 = n_shared_exp*tmp4
             inv2 = cap_fact*n_chosen_exp
-    call = _runtime.Call(
-        "memory_standard_moe_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp4", "tmp6", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2),
-        reals=4,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp4", "tmp6", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2),
+            reals=4,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -2133,7 +2201,7 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 45 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2142,31 +2210,34 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
         tmp2 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp2/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_latent_dense_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp2/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv1_mask, tmp2/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp2)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -2227,7 +2298,7 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 45 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2236,31 +2307,34 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
         tmp2 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp2/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_latent_dense_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 2)
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp2/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv1_mask, tmp2/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp2)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -2322,7 +2396,7 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 45 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2331,31 +2405,34 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp2 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp2/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_latent_dense_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_latent_dense_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*(dh + tmp1) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 1)
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp2 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp2/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp2)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp2/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp2)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -2415,8 +2492,10 @@ def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
         tmp3 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(2*dc_kv + 2*dc_q + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp2 + (a*tmp3 + dh*n_kv + n_kv*tmp3)/t) + 2*dropout*tmp2 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp3 + dh*n_kv + n_kv*tmp3
@@ -2434,15 +2513,13 @@ def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
             inv3 = 2*dropout
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=3,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=3,
+            masks=0,
+        )
         for out, r0, r1, r2, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -2517,8 +2594,10 @@ def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_c
         tmp2 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp2 + dh*n_kv + n_kv*tmp2)/t) + 2*dropout*tmp0)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp2 + dh*n_kv + n_kv*tmp2
@@ -2534,15 +2613,13 @@ def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_c
             inv2 = hff*n_ffMM
             inv3 = 2*dc_kv + 2*dc_q + dhr
             inv4 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=2,
+            masks=0,
+        )
         for out, r0, r1, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -2629,7 +2706,7 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 77 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2647,37 +2724,39 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
         tmp10 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(xp.where(tmp4, tmp10/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp10) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_latent_moe_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_latent_moe_layer_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -2698,10 +2777,10 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             numpy.divide(1.0, t, out=r5)
             # tmp10 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_p*(numpy.where(tmp4, tmp10/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_p*(numpy.where(tmp4_mask, tmp10/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -2789,7 +2868,7 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 77 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2807,37 +2886,39 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
         tmp10 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(xp.where(tmp4, tmp10/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp10) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_latent_moe_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_latent_moe_layer_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -2858,10 +2939,10 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             numpy.divide(1.0, t, out=r5)
             # tmp10 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_grad*(numpy.where(tmp4, tmp10/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_grad*(numpy.where(tmp4_mask, tmp10/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -2951,7 +3032,7 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 77 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2969,37 +3050,39 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp10 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(xp.where(tmp4, tmp10/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp10) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_latent_moe_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_latent_moe_layer_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -3020,10 +3103,10 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, t, out=r5)
             # tmp10 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_optimizer*(numpy.where(tmp4, tmp10/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_optimizer*(numpy.where(tmp4_mask, tmp10/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp10) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -3104,8 +3187,10 @@ def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
         tmp6 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp4 + tmp5/t_exp) + 2*dc_kv + 2*dc_q + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp3 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp4 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3125,15 +3210,13 @@ def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
             inv3 = 2*dc_kv + 2*dc_q + dhr
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=5,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=5,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -3224,8 +3307,10 @@ def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(tmp2 + tmp4/t_exp) + 2*dc_kv + 2*dc_q + dhr + n_exp/sp + n_shared_exp*tmp4/t + 4*tmp1 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + dropout*tmp2)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -3243,15 +3328,13 @@ def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_com
             inv2 = a*dh
             inv3 = cap_fact*n_chosen_exp
             inv4 = 2*dc_kv + 2*dc_q + dhr
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
+            reals=4,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -3332,7 +3415,7 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3342,33 +3425,36 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
         tmp3 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_p*xp.where(xp.greater_equal(zero_level, 3), tmp3/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 3)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_direct_dense_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_direct_dense_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 3)
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_p*numpy.where(numpy.greater_equal(zero_level, 3), tmp3/numpy.maximum(1,
+            # out = bytes_p*numpy.where(inv1_mask, tmp3/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp3)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -3427,7 +3513,7 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3437,33 +3523,36 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
         tmp3 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_grad*xp.where(xp.greater_equal(zero_level, 2), tmp3/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 2)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_direct_dense_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_direct_dense_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 2)
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_grad*numpy.where(numpy.greater_equal(zero_level, 2), tmp3/numpy.maximum(1,
+            # out = bytes_grad*numpy.where(inv1_mask, tmp3/numpy.maximum(1,
             #     shard_p_os_non_exp_partial/t), tmp3)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -3523,7 +3612,7 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
+    # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3533,33 +3622,36 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp3 = (h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t
         out = bytes_optimizer*xp.where(xp.greater_equal(zero_level, 1), tmp3/xp.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            inv1 = numpy.greater_equal(zero_level, 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("memory_mla_q_direct_dense_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level) = _runtime.reals("memory_mla_q_direct_dense_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, zero_level))
             tmp1 = a*h
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp2) + dc_kv + dh*tmp1 + h*(dc_kv + dhr) + tmp1*(dhr + tmp2))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+            inv1 = numpy.greater_equal(zero_level, 1)
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "inv0"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, inv0 in call.blocks():
+            # inv1_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # out = bytes_optimizer*numpy.where(numpy.greater_equal(zero_level, 1),
-            #     tmp3/numpy.maximum(1, shard_p_os_non_exp_partial/t), tmp3)
+            # out = bytes_optimizer*numpy.where(inv1_mask, tmp3/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial/t), tmp3)
             numpy.copyto(out, r0)
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(r0, r1, out=r1)
@@ -3617,8 +3709,10 @@ def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
         tmp3 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(2*dc_kv + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp2 + (a*tmp3 + dh*n_kv + n_kv*tmp3)/t) + 2*dropout*tmp2 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp3 + dh*n_kv + n_kv*tmp3
@@ -3636,15 +3730,13 @@ def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
             inv3 = 2*dropout
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=3,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=3,
+            masks=0,
+        )
         for out, r0, r1, r2, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -3718,8 +3810,10 @@ def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_c
         tmp2 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp2 + dh*n_kv + n_kv*tmp2)/t) + 2*dropout*tmp0)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp2 + dh*n_kv + n_kv*tmp2
@@ -3735,15 +3829,13 @@ def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_c
             inv2 = hff*n_ffMM
             inv3 = 2*dc_kv + dhr
             inv4 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=2,
+            masks=0,
+        )
         for out, r0, r1, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -3828,7 +3920,7 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3847,39 +3939,41 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
         tmp11 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(xp.where(tmp4, tmp11/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp11) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_direct_moe_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_direct_moe_layer_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -3900,10 +3994,10 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             numpy.divide(1.0, t, out=r5)
             # tmp11 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_p*(numpy.where(tmp4, tmp11/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_p*(numpy.where(tmp4_mask, tmp11/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -3989,7 +4083,7 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4008,39 +4102,41 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
         tmp11 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(xp.where(tmp4, tmp11/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp11) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_direct_moe_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_direct_moe_layer_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 2)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -4061,10 +4157,10 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             numpy.divide(1.0, t, out=r5)
             # tmp11 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_grad*(numpy.where(tmp4, tmp11/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_grad*(numpy.where(tmp4_mask, tmp11/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -4152,7 +4248,7 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4171,39 +4267,41 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp11 = tmp8*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(xp.where(tmp4, tmp11/xp.maximum(1, shard_p_os_non_exp_partial*tmp8), tmp11) + xp.where(tmp4, tmp3/xp.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + xp.where(tmp4, tmp7/xp.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("memory_mla_q_direct_moe_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level) = _runtime.reals("memory_mla_q_direct_moe_layer_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, zero_level))
             tmp1 = h*hff_exp*n_ffMM
             tmp2 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp2) + tmp1) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+            tmp4 = numpy.greater_equal(zero_level, 1)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv1 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
-        reals=9,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp1", "tmp2", "inv0", "inv1"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1),
+            reals=9,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp1, tmp2, inv0, inv1 in call.blocks():
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
             # tmp3 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp5 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
             numpy.divide(1.0, r2, out=r2)
@@ -4224,10 +4322,10 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, t, out=r5)
             # tmp11 = inv1*tmp8 -> r6
             numpy.multiply(inv1, r5, out=r6)
-            # out = bytes_optimizer*(numpy.where(tmp4, tmp11/numpy.maximum(1,
-            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4, tmp3/numpy.maximum(1,
-            #     shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4, tmp7/numpy.maximum(1,
-            #     shard_p_os_exp*tmp5*tmp6), tmp7))
+            # out = bytes_optimizer*(numpy.where(tmp4_mask, tmp11/numpy.maximum(1,
+            #     shard_p_os_non_exp_partial*tmp8), tmp11) + numpy.where(tmp4_mask,
+            #     tmp3/numpy.maximum(1, shard_p_os_exp_partial*tmp0), tmp3) + numpy.where(tmp4_mask,
+            #     tmp7/numpy.maximum(1, shard_p_os_exp*tmp5*tmp6), tmp7))
             numpy.copyto(out, r6)
             numpy.multiply(r5, shard_p_os_non_exp_partial, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
@@ -4307,8 +4405,10 @@ def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
         tmp6 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(cap_fact*n_chosen_exp*(tmp4 + tmp5/t_exp) + 2*dc_kv + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp3 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp4 + 4*flash_attention*tmp1 + s*tmp1*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -4328,15 +4428,13 @@ def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
             inv3 = 2*dc_kv + dhr
             inv4 = 4*flash_attention
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=5,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=5,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -4426,8 +4524,10 @@ def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(tmp2 + tmp4/t_exp) + 2*dc_kv + dhr + n_exp/sp + n_shared_exp*tmp4/t + 4*tmp1 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + dropout*tmp2)/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -4445,15 +4545,13 @@ def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_com
             inv2 = a*dh
             inv3 = cap_fact*n_chosen_exp
             inv4 = 2*dc_kv + dhr
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_layer_selective_activations_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_layer_selective_activations_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
+            reals=4,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -4677,8 +4775,10 @@ def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
         (m, p, pp_rank, vp) = _runtime.floats(xp, (m, p, pp_rank, vp))
         out = xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))
         return _runtime.broadcast(xp, out, (m, p, pp_rank, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -pp_rank
             inv1 = -2*pp_rank - 1
@@ -4686,15 +4786,13 @@ def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
             (pp_rank,) = _runtime.reals("memory_pp_in_flight_microbatches_count", ("pp_rank",), (pp_rank,))
             inv0 = -pp_rank
             inv1 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_pp_in_flight_microbatches_count",
-        ("m", "p", "pp_rank", "vp", "inv0", "inv1"),
-        (m, p, pp_rank, vp, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_pp_in_flight_microbatches_count",
+            ("m", "p", "pp_rank", "vp", "inv0", "inv1"),
+            (m, p, pp_rank, vp, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, m, p, pp_rank, vp, inv0, inv1 in call.blocks():
             # out = numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv0 + p),
             #     numpy.minimum(m, (inv1 + p*vp + p)/vp))
@@ -4781,7 +4879,7 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4799,10 +4897,13 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
         tmp10 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp10*tmp4, tmp10))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -4810,24 +4911,25 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
             tmp8 = a*tmp6
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -4835,8 +4937,6 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -4855,9 +4955,9 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.multiply(r4, r2, out=r4)
             # tmp10 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*numpy.where(tmp2, tmp10*tmp4, tmp10))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp10*tmp4, tmp10))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -4951,7 +5051,7 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4969,10 +5069,13 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
         tmp10 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp10*tmp4, tmp10))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -4980,24 +5083,25 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
             tmp8 = a*tmp6
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -5005,8 +5109,6 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -5025,9 +5127,9 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             numpy.multiply(r4, r2, out=r4)
             # tmp10 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp10*tmp4, tmp10))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp10*tmp4, tmp10))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -5122,7 +5224,7 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 73 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5140,10 +5242,13 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
         tmp10 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp10*tmp4, tmp10))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
@@ -5151,24 +5256,25 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp7 = h + qkv_bias
             tmp8 = a*tmp6
             tmp9 = 0.25*n_attMM
             inv2 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp9*(o_bias + tmp8) + 0.5*(n_attMM*n_kv*tmp6*tmp7) + 2*n_qknorm*tmp6 + tmp7*tmp8*tmp9*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -5176,8 +5282,6 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -5196,9 +5300,9 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             numpy.multiply(r4, r2, out=r4)
             # tmp10 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp10*tmp4, tmp10))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp10*tmp4, tmp10))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -5294,7 +5398,7 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 92 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5316,10 +5420,15 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
         tmp14 = attn_output_gate + 1
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp6*(n_body + n_extra + n_extra_sel)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.5*(n_attMM*(h*tmp13 + qkv_bias*tmp13)) + 2*n_qknorm*tmp9 + tmp12*(h*o_bias + tmp11) + tmp12*(qkv_bias*tmp10*tmp14 + tmp11*tmp14) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = a*tmp9
             tmp11 = h*tmp10
@@ -5329,8 +5438,11 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             inv0 = -tie_emb_out
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.5*(n_attMM*(h*tmp13 + qkv_bias*tmp13)) + 2*n_qknorm*tmp9 + tmp12*(h*o_bias + tmp11) + tmp12*(qkv_bias*tmp10*tmp14 + tmp11*tmp14) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp10 = a*tmp9
             tmp11 = h*tmp10
@@ -5339,30 +5451,29 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             tmp14 = attn_output_gate + 1
             inv0 = -tie_emb_out
             inv1 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.5*(n_attMM*(h*tmp13 + qkv_bias*tmp13)) + 2*n_qknorm*tmp9 + tmp12*(h*o_bias + tmp11) + tmp12*(qkv_bias*tmp10*tmp14 + tmp11*tmp14) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_standard_dense_stage_model_states_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
-        reals=5,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_model_states_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
+            reals=5,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -5385,22 +5496,23 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
             # out = inv1*tmp6*(n_body + n_extra + n_extra_sel) +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(out, 1.0, where=m3)
-            numpy.multiply(out, inv0, out=out)
-            numpy.add(out, 1.0, out=out)
-            numpy.multiply(out, tmp0, out=out)
-            numpy.add(out, v, out=out)
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v)
+            numpy.add(n_body, n_extra, out=out)
+            numpy.add(out, n_extra_sel, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, n_output, out=out)
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.multiply(r3, inv1, out=r3)
+            numpy.copyto(r3, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r3, 1.0, where=m3)
+            numpy.multiply(r3, inv0, out=r3)
+            numpy.add(r3, 1.0, out=r3)
+            numpy.multiply(r3, tmp0, out=r3)
+            numpy.add(r3, v, out=r3)
             numpy.multiply(r3, r2, out=r3)
+            numpy.multiply(r3, n_output, out=r3)
             numpy.add(out, r3, out=out)
             numpy.copyto(r3, 1.0)
             numpy.copyto(r3, r1, where=m0)
@@ -5491,8 +5603,10 @@ def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_
         tmp5 = a/t
         out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 + n_output*(bytes_compute*tmp2 + bytes_logits*v/t) + n_sel_rec*tmp4 + (4*flash_attention*tmp5 + s*tmp5*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp4)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
@@ -5512,15 +5626,13 @@ def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv6 = -pp_rank
             inv7 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_standard_dense_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -5644,8 +5756,10 @@ def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute
         tmp5 = xp.where(xp.not_equal(dh, 0), dh, h/a)/t
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp4 + bytes_compute*(a*tmp5 + hff*n_ffMM/t + 4*tmp4 + tmp5*(a + 2*xp.where(xp.greater(n_kv, 0), n_kv, a))) + 2*dropout*tmp4 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -5663,15 +5777,13 @@ def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute
             inv4 = hff*n_ffMM
             inv5 = -bytes_compute
             inv6 = 2*dropout
-    call = _runtime.Call(
-        "memory_standard_dense_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=6,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=6,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -5825,7 +5937,7 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 156 (SymPy count_ops of the CSE form below); NumPy calls per block: 112.
+    # ops: 159 (SymPy count_ops of the CSE form below); NumPy calls per block: 112.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5854,9 +5966,14 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
         tmp21 = n_attMM*(h + qkv_bias)
         out = h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp20*tmp5*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp17) + 2*n_kv*tmp16*tmp21 + 8*n_qknorm*tmp16 + tmp17*tmp21*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec + tmp20))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp19)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -5870,7 +5987,10 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             inv6 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp17)) + 0.5*(n_kv*tmp16*tmp21) + 2*n_qknorm*tmp16 + 0.25*(tmp17*tmp21*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -5883,30 +6003,29 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             inv5 = -tie_emb_out
             inv6 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp17)) + 0.5*(n_kv*tmp16*tmp21) + 2*n_qknorm*tmp16 + 0.25*(tmp17*tmp21*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = h*v
-    call = _runtime.Call(
-        "memory_standard_dense_stage_total_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_total_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -5960,10 +6079,11 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             # tmp20 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) +
-            #     1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) +
+            #     n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) +
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
             #     2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec +
             #     tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 + p),
             #     numpy.minimum(m, (inv4 + p*vp + p)/vp)) +
@@ -5995,17 +6115,6 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.copyto(r12, r13, where=m3)
             numpy.multiply(out, r12, out=out)
             numpy.multiply(out, r5, out=out)
-            numpy.copyto(r12, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r12, 1.0, where=m3)
-            numpy.multiply(r12, inv5, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, h, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.multiply(r12, r1, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
             numpy.multiply(inv6, r0, out=r12)
             numpy.multiply(r12, r11, out=r12)
             numpy.multiply(r12, r2, out=r12)
@@ -6024,6 +6133,17 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.multiply(r12, inv7, out=r12)
             numpy.multiply(r12, r3, out=r12)
             numpy.multiply(r12, n_embedding, out=r12)
+            numpy.add(out, r12, out=out)
+            numpy.copyto(r12, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r12, 1.0, where=m3)
+            numpy.multiply(r12, inv5, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, h, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, r2, out=r12)
+            numpy.multiply(r12, r1, out=r12)
+            numpy.multiply(r12, n_output, out=r12)
             numpy.add(out, r12, out=out)
             numpy.minimum(1.0, n_sel_rec, out=r12)
             numpy.multiply(r12, r6, out=r12)
@@ -6147,7 +6267,7 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 160 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
+    # ops: 163 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6176,9 +6296,14 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
         tmp21 = n_attMM*(h + qkv_bias)
         out = device_memory_bytes - h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) - memory_reserve - n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) - 0.25*(tmp0*tmp20*tmp5*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp17) + 2*n_kv*tmp16*tmp21 + 8*n_qknorm*tmp16 + tmp17*tmp21*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1))))) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec + tmp20))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp19)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6193,7 +6318,10 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             inv7 = -h*v
             inv8 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6207,30 +6335,29 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             inv6 = -attn_extra_p - h*layer_norms*(norm_bias + 1) - 0.25*(h*n_attMM*(o_bias + tmp17)) - 0.5*(n_kv*tmp16*tmp21) - 2*n_qknorm*tmp16 - 0.25*(tmp17*tmp21*(attn_output_gate + 1)) - (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = -h*v
             inv8 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_standard_dense_stage_headroom_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_headroom_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -6284,13 +6411,14 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             # tmp20 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + inv8 - n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0)
-            #     + 1) + 1) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
-            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec -
-            #     n_sel_rec + tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 +
-            #     p), numpy.minimum(m, (inv4 + p*vp + p)/vp)) -
+            # out = inv6*tmp0*tmp20*tmp5 + inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) + inv8 -
+            #     n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            #     2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec +
+            #     tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 + p),
+            #     numpy.minimum(m, (inv4 + p*vp + p)/vp)) -
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp19)*numpy.minimum(1, n_full_rec))
             numpy.multiply(inv6, r0, out=out)
@@ -6471,7 +6599,7 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 161 (SymPy count_ops of the CSE form below); NumPy calls per block: 116.
+    # ops: 164 (SymPy count_ops of the CSE form below); NumPy calls per block: 116.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6500,9 +6628,14 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
         tmp21 = n_attMM*(h + qkv_bias)
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + memory_reserve + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp20*tmp5*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp17) + 2*n_kv*tmp16*tmp21 + 8*n_qknorm*tmp16 + tmp17*tmp21*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec + tmp20))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp19)*xp.minimum(1, n_full_rec))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6517,7 +6650,10 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             inv7 = h*v
             inv8 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v) = _runtime.reals("memory_standard_dense_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, device_memory_bytes, dh, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = hff*n_ffMM
@@ -6531,30 +6667,29 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             inv6 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp17)) + 0.5*(n_kv*tmp16*tmp21) + 2*n_qknorm*tmp16 + 0.25*(tmp17*tmp21*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv7 = h*v
             inv8 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_standard_dense_stage_fits",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=16,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_dense_stage_fits",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp17", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=16,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp17, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -6609,13 +6744,13 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
             # out = 1 - numpy.maximum(0, numpy.sign(inv6*tmp0*tmp20*tmp5 +
-            #     inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8, 1)) +
-            #     inv8 + n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
-            #     2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec - n_sel_rec +
-            #     tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 + p),
-            #     numpy.minimum(m, (inv4 + p*vp + p)/vp)) +
+            #     inv7*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp8, 1)) + inv8 + n_output*tmp5*tmp6*(h*(inv5*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
+            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp18 + tmp19*(-n_full_rec -
+            #     n_sel_rec + tmp20))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv3 +
+            #     p), numpy.minimum(m, (inv4 + p*vp + p)/vp)) +
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp19)*numpy.minimum(1, n_full_rec))))
             numpy.multiply(r8, n_full_rec, out=r12)
@@ -6644,17 +6779,6 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             numpy.copyto(r13, r14, where=m3)
             numpy.multiply(r12, r13, out=r12)
             numpy.multiply(r12, r5, out=r12)
-            numpy.copyto(r13, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r13, 1.0, where=m3)
-            numpy.multiply(r13, inv5, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, h, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
             numpy.multiply(inv6, r0, out=r13)
             numpy.multiply(r13, r11, out=r13)
             numpy.multiply(r13, r2, out=r13)
@@ -6673,6 +6797,17 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             numpy.multiply(r13, inv7, out=r13)
             numpy.multiply(r13, r3, out=r13)
             numpy.multiply(r13, n_embedding, out=r13)
+            numpy.add(r12, r13, out=r12)
+            numpy.copyto(r13, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r13, 1.0, where=m3)
+            numpy.multiply(r13, inv5, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, h, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, r2, out=r13)
+            numpy.multiply(r13, r1, out=r13)
+            numpy.multiply(r13, n_output, out=r13)
             numpy.add(r12, r13, out=r12)
             numpy.minimum(1.0, n_sel_rec, out=r13)
             numpy.multiply(r13, r6, out=r13)
@@ -6774,7 +6909,7 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -6799,10 +6934,13 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
         tmp17 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp17*tmp4, tmp17) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -6813,8 +6951,9 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_weights_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -6824,16 +6963,16 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             tmp15 = a*tmp13
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_stage_weights_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_weights_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -6841,8 +6980,6 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -6881,11 +7018,11 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             numpy.divide(r9, ep, out=r9)
             # tmp17 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp17*tmp4, tmp17) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp17*tmp4, tmp17) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -7005,7 +7142,7 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7030,10 +7167,13 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
         tmp17 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp17*tmp4, tmp17) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7044,8 +7184,9 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_gradients_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7055,16 +7196,16 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             tmp15 = a*tmp13
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_stage_gradients_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_gradients_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -7072,8 +7213,6 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -7112,11 +7251,11 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(r9, ep, out=r9)
             # tmp17 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp17*tmp4, tmp17) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp17*tmp4, tmp17) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -7237,7 +7376,7 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 102 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7262,10 +7401,13 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
         tmp17 = tmp3*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp17*tmp4, tmp17) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7276,8 +7418,9 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_optimizer_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -7287,16 +7430,16 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             tmp15 = a*tmp13
             tmp16 = 0.25*n_attMM
             inv3 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp16*(o_bias + tmp15) + 0.5*(n_attMM*n_kv*tmp13*tmp14) + 2*n_qknorm*tmp13 + tmp14*tmp15*tmp16*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "memory_standard_moe_stage_optimizer_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_optimizer_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -7304,8 +7447,6 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -7344,11 +7485,11 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             numpy.divide(r9, ep, out=r9)
             # tmp17 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp17*tmp4, tmp17) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp17*tmp4, tmp17) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -7474,7 +7615,7 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 134 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
+    # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -7503,10 +7644,15 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
         tmp21 = attn_output_gate + 1
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + (n_body + n_extra + n_extra_sel)*(tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp20 + qkv_bias*tmp20)) + 2*n_qknorm*tmp16 + tmp19*(h*o_bias + tmp18) + tmp19*(qkv_bias*tmp17*tmp21 + tmp18*tmp21)) + tmp9*(n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp12, 1) + bytes_optimizer*xp.where(tmp4, tmp12, 1) + bytes_p*xp.where(tmp5, tmp12, 1)) + n_exp*tmp14*(mlp_bias*(h + tmp11*tmp13) + tmp10*tmp13)*(bytes_grad*xp.where(tmp3, tmp15, 1) + bytes_optimizer*xp.where(tmp4, tmp15, 1) + bytes_p*xp.where(tmp5, tmp15, 1))/ep)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp16 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -7519,8 +7665,11 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_model_states_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp16 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -7532,30 +7681,29 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp20 + qkv_bias*tmp20)) + 2*n_qknorm*tmp16 + tmp19*(h*o_bias + tmp18) + tmp19*(qkv_bias*tmp17*tmp21 + tmp18*tmp21)
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_standard_moe_stage_model_states_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
-        reals=12,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_model_states_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
+            reals=12,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -7595,16 +7743,16 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             numpy.multiply(r7, shard_p_os_exp, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
             numpy.divide(1.0, r7, out=r7)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
-            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3, tmp12, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp12, 1) + bytes_p*numpy.where(tmp5, tmp12, 1))
-            #     + n_exp*tmp14*(mlp_bias*(h + tmp11*tmp13) +
-            #     tmp10*tmp13)*(bytes_grad*numpy.where(tmp3, tmp15, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp15, 1) + bytes_p*numpy.where(tmp5, tmp15,
-            #     1))/ep)
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
+            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3_mask, tmp12, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp12, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp12, 1)) + n_exp*tmp14*(mlp_bias*(h + tmp11*tmp13) +
+            #     tmp10*tmp13)*(bytes_grad*numpy.where(tmp3_mask, tmp15, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp15, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp15, 1))/ep)
             numpy.add(n_body, n_extra, out=out)
             numpy.add(out, n_extra_sel, out=out)
             numpy.multiply(inv0, r2, out=r8)
@@ -7752,8 +7900,10 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
         tmp7 = a/t
         out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 + n_output*(bytes_compute*tmp3 + bytes_logits*v/t) + n_sel_rec*tmp6 + (4*flash_attention*tmp7 + s*tmp7*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = hff_exp*n_ffMM
             inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -7777,15 +7927,13 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
             inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv7 = -pp_rank
             inv8 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_standard_moe_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -7927,8 +8075,10 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
         tmp8 = xp.where(xp.not_equal(dh, 0), dh, h/a)/t
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp5 + bytes_compute*(a*tmp8 + cap_fact*n_chosen_exp*(tmp7 + tmp6/t_exp) + n_exp/sp + n_shared_exp*tmp6/t + 4*tmp5 + tmp8*(a + 2*xp.where(xp.greater(n_kv, 0), n_kv, a))) + dropout*tmp7 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -7948,15 +8098,13 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
             inv4 = n_shared_exp*tmp6
             inv5 = cap_fact*n_chosen_exp
             inv6 = -bytes_compute
-    call = _runtime.Call(
-        "memory_standard_moe_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-        reals=8,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
+            reals=8,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -8142,7 +8290,7 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 222 (SymPy count_ops of the CSE form below); NumPy calls per block: 174.
+    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 174.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -8186,10 +8334,15 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
         tmp36 = attn_output_gate + 1
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp23*(tmp17*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp35 + qkv_bias*tmp35)) + n_qknorm*tmp20 + tmp34*(h*o_bias + tmp33) + tmp34*(qkv_bias*tmp19*tmp36 + tmp33*tmp36)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp22 + tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp26)*xp.minimum(1, n_full_rec), (-tmp22 - tmp26)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8213,8 +8366,11 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             inv10 = -2*pp_rank - 1
             inv11 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8237,30 +8393,29 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             inv9 = -pp_rank
             inv10 = -2*pp_rank - 1
             inv11 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_standard_moe_stage_total_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11),
-        reals=20,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_total_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11),
+            reals=20,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -8349,15 +8504,15 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv8*tmp1) + n_sel_rec*tmp22 +
             #     tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv9 + p), numpy.minimum(m, (inv10 + p*vp + p)/vp)) +
@@ -8602,7 +8757,7 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
+    # ops: 228 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -8646,10 +8801,15 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
         tmp36 = attn_output_gate + 1
         out = device_memory_bytes - memory_reserve - n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) - n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) - tmp23*(tmp17*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp35 + qkv_bias*tmp35)) + n_qknorm*tmp20 + tmp34*(h*o_bias + tmp33) + tmp34*(qkv_bias*tmp19*tmp36 + tmp33*tmp36)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp22 + tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum((-tmp14 - tmp26)*xp.minimum(1, n_full_rec), (-tmp22 - tmp26)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8675,8 +8835,11 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             inv12 = -tmp0
             inv13 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_headroom_bytes", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -8701,30 +8864,29 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             inv11 = -tie_emb_out
             inv12 = -tmp0
             inv13 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_standard_moe_stage_headroom_bytes",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_headroom_bytes",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -8813,15 +8975,15 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = inv12*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     inv13 - n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + v) - tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = inv12*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + inv13 - n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + v) - tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3_mask,
+            #     tmp29, 1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv8*tmp1) + n_sel_rec*tmp22 +
             #     tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv9 + p), numpy.minimum(m, (inv10 + p*vp + p)/vp)) -
@@ -9066,7 +9228,7 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 227 (SymPy count_ops of the CSE form below); NumPy calls per block: 178.
+    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 178.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9110,10 +9272,15 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
         tmp36 = attn_output_gate + 1
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + memory_reserve + n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp23*(tmp17*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp35 + qkv_bias*tmp35)) + n_qknorm*tmp20 + tmp34*(h*o_bias + tmp33) + tmp34*(qkv_bias*tmp19*tmp36 + tmp33*tmp36)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp22 + tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp26)*xp.minimum(1, n_full_rec), (-tmp22 - tmp26)*xp.minimum(1, n_sel_rec))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -9138,8 +9305,11 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             inv11 = -tie_emb_out
             inv12 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_standard_moe_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v))
+            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_fits", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "device_memory_bytes", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, device_memory_bytes, dh, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = hff_exp*n_ffMM
             tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp19 = a*tmp18
@@ -9163,30 +9333,29 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             inv10 = -2*pp_rank - 1
             inv11 = -tie_emb_out
             inv12 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_standard_moe_stage_fits",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
-        (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_standard_moe_stage_fits",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp19", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+            (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp19, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -9276,15 +9445,15 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
             # out = 1 - numpy.maximum(0, numpy.sign(inv12 +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv11*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp23*(inv6*tmp6 + inv7*tmp17*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv8*tmp1) + n_sel_rec*tmp22 +
             #     tmp12*tmp25*(-n_full_rec - n_sel_rec + tmp23))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv9 + p), numpy.minimum(m, (inv10 + p*vp + p)/vp)) +
@@ -9466,7 +9635,7 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9481,29 +9650,33 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
         tmp7 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp7, tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -9511,8 +9684,6 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -9531,9 +9702,9 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             numpy.multiply(r4, r2, out=r4)
             # tmp7 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*numpy.where(tmp2, tmp4*tmp7, tmp7))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp7, tmp7))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -9624,7 +9795,7 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9639,29 +9810,33 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
         tmp7 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp7, tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -9669,8 +9844,6 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -9689,9 +9862,9 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             numpy.multiply(r4, r2, out=r4)
             # tmp7 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp7, tmp7))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp7, tmp7))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -9783,7 +9956,7 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9798,29 +9971,33 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp7 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp7, tmp7))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp6) + a*dh*h + dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -9828,8 +10005,6 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -9848,9 +10023,9 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.multiply(r4, r2, out=r4)
             # tmp7 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp7, tmp7))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp7, tmp7))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -9945,7 +10120,7 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 88 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -9962,43 +10137,50 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
         tmp9 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp6*(n_body + n_extra + n_extra_sel)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp9) + a*dh*h + dc_kv*n_kv*(dh + tmp9) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
-        reals=5,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
+            reals=5,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -10021,22 +10203,23 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
             # out = inv1*tmp6*(n_body + n_extra + n_extra_sel) +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(out, 1.0, where=m3)
-            numpy.multiply(out, inv0, out=out)
-            numpy.add(out, 1.0, out=out)
-            numpy.multiply(out, tmp0, out=out)
-            numpy.add(out, v, out=out)
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v)
+            numpy.add(n_body, n_extra, out=out)
+            numpy.add(out, n_extra_sel, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, n_output, out=out)
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.multiply(r3, inv1, out=r3)
+            numpy.copyto(r3, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r3, 1.0, where=m3)
+            numpy.multiply(r3, inv0, out=r3)
+            numpy.add(r3, 1.0, out=r3)
+            numpy.multiply(r3, tmp0, out=r3)
+            numpy.add(r3, v, out=r3)
             numpy.multiply(r3, r2, out=r3)
+            numpy.multiply(r3, n_output, out=r3)
             numpy.add(out, r3, out=out)
             numpy.copyto(r3, 1.0)
             numpy.copyto(r3, r1, where=m0)
@@ -10132,8 +10315,10 @@ def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, by
         tmp5 = bytes_compute*(2*dc_kv + 2*dc_q + dh*tmp3 + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp4 + dh*n_kv + n_kv*tmp4)/t) + dropout*tmp2
         out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 + n_output*(bytes_compute*tmp2 + bytes_logits*v/t) + n_sel_rec*tmp5 + (4*flash_attention*tmp3 + s*tmp3*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
@@ -10155,15 +10340,13 @@ def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, by
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv6 = -pp_rank
             inv7 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -10291,8 +10474,10 @@ def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp4 + bytes_compute*(2*dc_kv + 2*dc_q + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp4 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + 2*dropout*tmp4 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -10312,15 +10497,13 @@ def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
             inv4 = 2*dc_kv + 2*dc_q + dhr
             inv5 = -bytes_compute
             inv6 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=6,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=6,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -10473,7 +10656,7 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 164 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
+    # ops: 167 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -10503,9 +10686,14 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
         tmp22 = n_body + n_extra + n_extra_sel
         out = h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10521,7 +10709,10 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10536,30 +10727,29 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv6 = -tie_emb_out
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -10615,10 +10805,11 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) +
-            #     1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) +
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) +
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
             #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
             #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
             #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
@@ -10650,17 +10841,6 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.copyto(r12, r13, where=m3)
             numpy.multiply(out, r12, out=out)
             numpy.multiply(out, r5, out=out)
-            numpy.copyto(r12, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r12, 1.0, where=m3)
-            numpy.multiply(r12, inv6, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, h, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.multiply(r12, r1, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
             numpy.multiply(inv7, r0, out=r12)
             numpy.multiply(r12, r11, out=r12)
             numpy.multiply(r12, r2, out=r12)
@@ -10679,6 +10859,17 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.multiply(r12, inv8, out=r12)
             numpy.multiply(r12, r3, out=r12)
             numpy.multiply(r12, n_embedding, out=r12)
+            numpy.add(out, r12, out=out)
+            numpy.copyto(r12, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r12, 1.0, where=m3)
+            numpy.multiply(r12, inv6, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, h, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, r2, out=r12)
+            numpy.multiply(r12, r1, out=r12)
+            numpy.multiply(r12, n_output, out=r12)
             numpy.add(out, r12, out=out)
             numpy.minimum(1.0, n_sel_rec, out=r12)
             numpy.multiply(r12, r6, out=r12)
@@ -10802,7 +10993,7 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 168 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
+    # ops: 171 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -10832,9 +11023,14 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
         tmp22 = n_body + n_extra + n_extra_sel
         out = device_memory_bytes - h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) - memory_reserve - n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) - 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10851,7 +11047,10 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -10867,30 +11066,29 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv7 = -h*layer_norms*(norm_bias + 1) - 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) - 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) - (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -10946,13 +11144,14 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + inv9 - n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0)
-            #     + 1) + 1) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
-            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
-            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
-            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) + inv9 -
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
+            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
+            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))
             numpy.multiply(inv7, r0, out=out)
@@ -11133,7 +11332,7 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 169 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
+    # ops: 172 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11163,9 +11362,14 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
         tmp22 = n_body + n_extra + n_extra_sel
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + memory_reserve + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -11182,7 +11386,10 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -11198,30 +11405,29 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + dc_q*h + dc_q*tmp19 + dc_q + h*tmp15 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_dense_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=16,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_dense_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=16,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -11278,13 +11484,13 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
             # out = 1 - numpy.maximum(0, numpy.sign(inv7*tmp0*tmp22*tmp5 +
-            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8, 1)) +
-            #     inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
-            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
-            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
-            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
+            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp8, 1)) + inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
+            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
+            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
+            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))))
             numpy.multiply(r8, n_full_rec, out=r12)
@@ -11313,17 +11519,6 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.copyto(r13, r14, where=m3)
             numpy.multiply(r12, r13, out=r12)
             numpy.multiply(r12, r5, out=r12)
-            numpy.copyto(r13, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r13, 1.0, where=m3)
-            numpy.multiply(r13, inv6, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, h, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
             numpy.multiply(inv7, r0, out=r13)
             numpy.multiply(r13, r11, out=r13)
             numpy.multiply(r13, r2, out=r13)
@@ -11342,6 +11537,17 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.multiply(r13, inv8, out=r13)
             numpy.multiply(r13, r3, out=r13)
             numpy.multiply(r13, n_embedding, out=r13)
+            numpy.add(r12, r13, out=r12)
+            numpy.copyto(r13, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r13, 1.0, where=m3)
+            numpy.multiply(r13, inv6, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, h, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, r2, out=r13)
+            numpy.multiply(r13, r1, out=r13)
+            numpy.multiply(r13, n_output, out=r13)
             numpy.add(r12, r13, out=r12)
             numpy.minimum(1.0, n_sel_rec, out=r13)
             numpy.multiply(r13, r6, out=r13)
@@ -11440,7 +11646,7 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11462,10 +11668,13 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
         tmp14 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp14*tmp4, tmp14) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11473,24 +11682,25 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_weights_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
             inv2 = n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -11498,8 +11708,6 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -11538,11 +11746,11 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             numpy.divide(r9, ep, out=r9)
             # tmp14 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp14*tmp4, tmp14) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp14*tmp4, tmp14) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -11659,7 +11867,7 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11681,10 +11889,13 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
         tmp14 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp14*tmp4, tmp14) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11692,24 +11903,25 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_gradients_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
             inv2 = n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -11717,8 +11929,6 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -11757,11 +11967,11 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             numpy.divide(r9, ep, out=r9)
             # tmp14 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp14*tmp4, tmp14) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp14*tmp4, tmp14) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -11880,7 +12090,7 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -11902,10 +12112,13 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp14 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp14*tmp4, tmp14) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -11913,24 +12126,25 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_optimizer_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
             inv2 = n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -11938,8 +12152,6 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -11978,11 +12190,11 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(r9, ep, out=r9)
             # tmp14 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp14*tmp4, tmp14) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp14*tmp4, tmp14) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -12106,7 +12318,7 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 133 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
+    # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12130,10 +12342,15 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
         tmp16 = 1/xp.maximum(1, shard_p_os_exp*tmp14*tmp15)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + (n_body + n_extra + n_extra_sel)*(tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + tmp9*(n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp12, 1) + bytes_optimizer*xp.where(tmp4, tmp12, 1) + bytes_p*xp.where(tmp5, tmp12, 1)) + n_exp*tmp15*(mlp_bias*(h + tmp11*tmp14) + tmp10*tmp14)*(bytes_grad*xp.where(tmp3, tmp16, 1) + bytes_optimizer*xp.where(tmp4, tmp16, 1) + bytes_p*xp.where(tmp5, tmp16, 1))/ep)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12141,38 +12358,40 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_model_states_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp13) + a*dh*h + dc_kv*n_kv*(dh + tmp13) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
-        reals=12,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
+            reals=12,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -12212,16 +12431,16 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             numpy.multiply(r7, shard_p_os_exp, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
             numpy.divide(1.0, r7, out=r7)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
-            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3, tmp12, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp12, 1) + bytes_p*numpy.where(tmp5, tmp12, 1))
-            #     + n_exp*tmp15*(mlp_bias*(h + tmp11*tmp14) +
-            #     tmp10*tmp14)*(bytes_grad*numpy.where(tmp3, tmp16, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp16, 1) + bytes_p*numpy.where(tmp5, tmp16,
-            #     1))/ep)
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
+            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3_mask, tmp12, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp12, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp12, 1)) + n_exp*tmp15*(mlp_bias*(h + tmp11*tmp14) +
+            #     tmp10*tmp14)*(bytes_grad*numpy.where(tmp3_mask, tmp16, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp16, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp16, 1))/ep)
             numpy.add(n_body, n_extra, out=out)
             numpy.add(out, n_extra_sel, out=out)
             numpy.multiply(inv0, r2, out=r8)
@@ -12373,8 +12592,10 @@ def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
         tmp7 = bytes_compute*(cap_fact*n_chosen_exp*(tmp3 + tmp5/t_exp) + 2*dc_kv + 2*dc_q + dh*tmp4 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp1 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp3
         out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 + n_output*(bytes_compute*tmp3 + bytes_logits*v/t) + n_sel_rec*tmp7 + (4*flash_attention*tmp4 + s*tmp4*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12400,15 +12621,13 @@ def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
             inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv7 = -pp_rank
             inv8 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -12553,8 +12772,10 @@ def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
         tmp8 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp5 + bytes_compute*(cap_fact*n_chosen_exp*(tmp7 + tmp6/t_exp) + 2*dc_kv + 2*dc_q + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp6/t + 4*tmp5 + (a*tmp8 + dh*n_kv + n_kv*tmp8)/t) + dropout*tmp7 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -12576,15 +12797,13 @@ def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
             inv4 = cap_fact*n_chosen_exp
             inv5 = 2*dc_kv + 2*dc_q + dhr
             inv6 = -bytes_compute
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-        reals=8,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
+            reals=8,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -12769,7 +12988,7 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 227 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
+    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -12810,10 +13029,15 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
         tmp33 = -b*s*tmp11*tmp26
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dc_q*h + dc_q*tmp21 + dc_q + h*tmp16 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp33)*xp.minimum(1, n_full_rec), (-tmp23 - tmp33)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12835,8 +13059,11 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12857,30 +13084,29 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv10 = -pp_rank
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-        reals=20,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
+            reals=20,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -12970,15 +13196,15 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             numpy.multiply(inv6, r6, out=r17)
             numpy.multiply(r17, r14, out=r17)
             numpy.multiply(r17, b, out=r17)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +
@@ -13221,7 +13447,7 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
+    # ops: 233 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -13262,10 +13488,15 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
         tmp33 = -b*s*tmp11*tmp26
         out = device_memory_bytes - memory_reserve - n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) - n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) - tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dc_q*h + dc_q*tmp21 + dc_q + h*tmp16 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum((-tmp14 - tmp33)*xp.minimum(1, n_full_rec), (-tmp23 - tmp33)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13289,8 +13520,11 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13313,30 +13547,29 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv12 = -tie_emb_out
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -13426,15 +13659,15 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             numpy.multiply(inv6, r6, out=r17)
             numpy.multiply(r17, r14, out=r17)
             numpy.multiply(r17, b, out=r17)
-            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask,
+            #     tmp29, 1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) -
@@ -13677,7 +13910,7 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 232 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
+    # ops: 235 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -13718,10 +13951,15 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
         tmp33 = -b*s*tmp11*tmp26
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + memory_reserve + n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp28) + tmp27) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp29, 1) + bytes_optimizer*xp.where(tmp4, tmp29, 1) + bytes_p*xp.where(tmp5, tmp29, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dc_q*h + dc_q*tmp21 + dc_q + h*tmp16 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*xp.where(tmp3, tmp32, 1) + bytes_optimizer*xp.where(tmp4, tmp32, 1) + bytes_p*xp.where(tmp5, tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp33)*xp.minimum(1, n_full_rec), (-tmp23 - tmp33)*xp.minimum(1, n_sel_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13744,8 +13982,11 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_latent_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -13767,30 +14008,29 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_latent_moe_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_latent_moe_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp27", "tmp28", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, tmp27, tmp28, inv6, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -13881,15 +14121,15 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             numpy.multiply(r17, r14, out=r17)
             numpy.multiply(r17, b, out=r17)
             # out = 1 - numpy.maximum(0, numpy.sign(inv13 +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp29, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp29, 1) + bytes_p*numpy.where(tmp5, tmp29, 1))
-            #     + n_exp*tmp31*(mlp_bias*(h + tmp28*tmp30) +
-            #     tmp27*tmp30)*(bytes_grad*numpy.where(tmp3, tmp32, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp32, 1) + bytes_p*numpy.where(tmp5, tmp32,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp29,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp29, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp29, 1)) + n_exp*tmp31*(mlp_bias*(h +
+            #     tmp28*tmp30) + tmp27*tmp30)*(bytes_grad*numpy.where(tmp3_mask, tmp32, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp32, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp32, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +
@@ -14069,7 +14309,7 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14085,31 +14325,35 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
         tmp8 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp8, tmp8))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -14117,8 +14361,6 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -14137,9 +14379,9 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             numpy.multiply(r4, r2, out=r4)
             # tmp8 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*numpy.where(tmp2, tmp4*tmp8, tmp8))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp8, tmp8))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -14228,7 +14470,7 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14244,31 +14486,35 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
         tmp8 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp8, tmp8))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -14276,8 +14522,6 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -14296,9 +14540,9 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             numpy.multiply(r4, r2, out=r4)
             # tmp8 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp8, tmp8))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp8, tmp8))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -14388,7 +14632,7 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14404,31 +14648,35 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
         tmp8 = tmp3*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*xp.where(tmp2, tmp4*tmp8, tmp8))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp6 = a*h
             tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv2 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "inv2"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1, inv2 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -14436,8 +14684,6 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -14456,9 +14702,9 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             numpy.multiply(r4, r2, out=r4)
             # tmp8 = inv2*tmp3 -> r5
             numpy.multiply(inv2, r2, out=r5)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*numpy.where(tmp2, tmp4*tmp8, tmp8))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*numpy.where(tmp2_mask, tmp4*tmp8, tmp8))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -14552,7 +14798,7 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 84 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -14570,45 +14816,52 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
         tmp10 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp6*(n_body + n_extra + n_extra_sel)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp9 = a*h
             tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -tie_emb_out
             inv1 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp10) + dc_kv + dh*tmp9 + h*(dc_kv + dhr) + tmp9*(dhr + tmp10))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
-        reals=5,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp0", "inv0", "inv1"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1),
+            reals=5,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp0, inv0, inv1 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -14631,22 +14884,23 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
             # out = inv1*tmp6*(n_body + n_extra + n_extra_sel) +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(out, 1.0, where=m3)
-            numpy.multiply(out, inv0, out=out)
-            numpy.add(out, 1.0, out=out)
-            numpy.multiply(out, tmp0, out=out)
-            numpy.add(out, v, out=out)
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v)
+            numpy.add(n_body, n_extra, out=out)
+            numpy.add(out, n_extra_sel, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, n_output, out=out)
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.multiply(r3, inv1, out=r3)
+            numpy.copyto(r3, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r3, 1.0, where=m3)
+            numpy.multiply(r3, inv0, out=r3)
+            numpy.add(r3, 1.0, out=r3)
+            numpy.multiply(r3, tmp0, out=r3)
+            numpy.add(r3, v, out=r3)
             numpy.multiply(r3, r2, out=r3)
+            numpy.multiply(r3, n_output, out=r3)
             numpy.add(out, r3, out=out)
             numpy.copyto(r3, 1.0)
             numpy.copyto(r3, r1, where=m0)
@@ -14741,8 +14995,10 @@ def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, by
         tmp5 = bytes_compute*(2*dc_kv + dh*tmp3 + dhr + hff*n_ffMM/t + 4*tmp0 + (a*tmp4 + dh*n_kv + n_kv*tmp4)/t) + dropout*tmp2
         out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 + n_output*(bytes_compute*tmp2 + bytes_logits*v/t) + n_sel_rec*tmp5 + (4*flash_attention*tmp3 + s*tmp3*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
@@ -14764,15 +15020,13 @@ def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, by
             inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv6 = -pp_rank
             inv7 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
-        (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+            (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
             # tmp0 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -14899,8 +15153,10 @@ def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
         tmp5 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp4 + bytes_compute*(2*dc_kv + dh*tmp1 + dhr + hff*n_ffMM/t + 4*tmp4 + (a*tmp5 + dh*n_kv + n_kv*tmp5)/t) + 2*dropout*tmp4 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -14920,15 +15176,13 @@ def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
             inv4 = 2*dc_kv + dhr
             inv5 = -bytes_compute
             inv6 = 2*dropout
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=6,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=6,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -15079,7 +15333,7 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 159 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
+    # ops: 162 (SymPy count_ops of the CSE form below); NumPy calls per block: 113.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -15109,9 +15363,14 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
         tmp22 = n_body + n_extra + n_extra_sel
         out = h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15127,7 +15386,10 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes", ("a", "bytes_compute", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15142,30 +15404,29 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             inv6 = -tie_emb_out
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -15221,10 +15482,11 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) +
-            #     1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) +
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) +
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
             #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
             #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
             #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
@@ -15256,17 +15518,6 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.copyto(r12, r13, where=m3)
             numpy.multiply(out, r12, out=out)
             numpy.multiply(out, r5, out=out)
-            numpy.copyto(r12, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r12, 1.0, where=m3)
-            numpy.multiply(r12, inv6, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, h, out=r12)
-            numpy.add(r12, 1.0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.multiply(r12, r1, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
             numpy.multiply(inv7, r0, out=r12)
             numpy.multiply(r12, r11, out=r12)
             numpy.multiply(r12, r2, out=r12)
@@ -15285,6 +15536,17 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             numpy.multiply(r12, inv8, out=r12)
             numpy.multiply(r12, r3, out=r12)
             numpy.multiply(r12, n_embedding, out=r12)
+            numpy.add(out, r12, out=out)
+            numpy.copyto(r12, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r12, 1.0, where=m3)
+            numpy.multiply(r12, inv6, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, h, out=r12)
+            numpy.add(r12, 1.0, out=r12)
+            numpy.multiply(r12, r2, out=r12)
+            numpy.multiply(r12, r1, out=r12)
+            numpy.multiply(r12, n_output, out=r12)
             numpy.add(out, r12, out=out)
             numpy.minimum(1.0, n_sel_rec, out=r12)
             numpy.multiply(r12, r6, out=r12)
@@ -15406,7 +15668,7 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 163 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
+    # ops: 166 (SymPy count_ops of the CSE form below); NumPy calls per block: 114.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -15436,9 +15698,14 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
         tmp22 = n_body + n_extra + n_extra_sel
         out = device_memory_bytes - h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) - memory_reserve - n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) - 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15455,7 +15722,10 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_headroom_bytes", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15471,30 +15741,29 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             inv7 = -h*layer_norms*(norm_bias + 1) - 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) - 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) - (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = -h*v
             inv9 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=15,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=15,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -15550,13 +15819,14 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             # tmp22 = n_body + n_extra + n_extra_sel -> r11
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
-            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8,
-            #     1) + bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8,
-            #     1)) + inv9 - n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0)
-            #     + 1) + 1) - tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
-            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
-            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
-            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
+            # out = inv7*tmp0*tmp22*tmp5 + inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask,
+            #     tmp8, 1) + bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_p*numpy.where(tmp4_mask, tmp8, 1)) + inv9 -
+            #     n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -
+            #     tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
+            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
+            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
+            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) -
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))
             numpy.multiply(inv7, r0, out=out)
@@ -15735,7 +16005,7 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 164 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
+    # ops: 167 (SymPy count_ops of the CSE form below); NumPy calls per block: 117.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -15765,9 +16035,14 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
         tmp22 = n_body + n_extra + n_extra_sel
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + h*n_embedding*tmp7*v*(bytes_grad*xp.where(tmp2, tmp8, 1) + bytes_optimizer*xp.where(tmp3, tmp8, 1) + bytes_p*xp.where(tmp4, tmp8, 1)) + memory_reserve + n_output*tmp5*tmp6*(h*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + 1) + 0.25*(tmp0*tmp22*tmp5*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1))))) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec + tmp22))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum(tmp10*tmp11*xp.minimum(1, n_sel_rec), tmp11*(-tmp13 + tmp21)*xp.minimum(1, n_full_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15784,7 +16059,10 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v))
+            (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_fits", ("a", "bytes_compute", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff, layer_norms, memory_reserve, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+            tmp2 = numpy.greater_equal(zero_level, 2)
+            tmp3 = numpy.greater_equal(zero_level, 1)
+            tmp4 = numpy.greater_equal(zero_level, 3)
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             tmp15 = a*dh
@@ -15800,30 +16078,29 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             inv7 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp17) + dc_kv + h*tmp15 + h*tmp19 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp16 + mlp_bias*(h + hff*(n_ffMM - 1)))
             inv8 = h*v
             inv9 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_dense_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=16,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_dense_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "inv0", "inv1", "tmp15", "tmp16", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
+            reals=16,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, inv0, inv1, tmp15, tmp16, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp3_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp4_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp0 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp1 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp0) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp3 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp4 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp5 = bytes_grad*numpy.where(tmp2, tmp1, 1) + bytes_optimizer*numpy.where(tmp3, tmp1,
-            #     1) + bytes_p*numpy.where(tmp4, tmp1, 1) -> r2
+            # tmp5 = bytes_grad*numpy.where(tmp2_mask, tmp1, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp1, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp1, 1) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -15880,13 +16157,13 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.add(n_body, n_extra, out=r11)
             numpy.add(r11, n_extra_sel, out=r11)
             # out = 1 - numpy.maximum(0, numpy.sign(inv7*tmp0*tmp22*tmp5 +
-            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp3, tmp8, 1) + bytes_p*numpy.where(tmp4, tmp8, 1)) +
-            #     inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 + n_output*(bytes_logits*tmp6 +
-            #     2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec - n_sel_rec +
-            #     tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 + p),
-            #     numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
+            #     inv8*n_embedding*tmp7*(bytes_grad*numpy.where(tmp2_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp3_mask, tmp8, 1) + bytes_p*numpy.where(tmp4_mask,
+            #     tmp8, 1)) + inv9 + n_output*tmp5*tmp6*(h*(inv6*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + 1) + tmp11*(n_embedding*tmp14 + n_full_rec*tmp13 +
+            #     n_output*(bytes_logits*tmp6 + 2*tmp13) + n_sel_rec*tmp20 + tmp21*(-n_full_rec -
+            #     n_sel_rec + tmp22))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv4 +
+            #     p), numpy.minimum(m, (inv5 + p*vp + p)/vp)) +
             #     numpy.maximum(tmp10*tmp11*numpy.minimum(1, n_sel_rec), tmp11*(-tmp13 +
             #     tmp21)*numpy.minimum(1, n_full_rec))))
             numpy.multiply(r8, n_full_rec, out=r12)
@@ -15915,17 +16192,6 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.copyto(r13, r14, where=m3)
             numpy.multiply(r12, r13, out=r12)
             numpy.multiply(r12, r5, out=r12)
-            numpy.copyto(r13, 0.0)
-            numpy.less_equal(p, 1.0, out=m3)
-            numpy.copyto(r13, 1.0, where=m3)
-            numpy.multiply(r13, inv6, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, h, out=r13)
-            numpy.add(r13, 1.0, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
             numpy.multiply(inv7, r0, out=r13)
             numpy.multiply(r13, r11, out=r13)
             numpy.multiply(r13, r2, out=r13)
@@ -15944,6 +16210,17 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             numpy.multiply(r13, inv8, out=r13)
             numpy.multiply(r13, r3, out=r13)
             numpy.multiply(r13, n_embedding, out=r13)
+            numpy.add(r12, r13, out=r12)
+            numpy.copyto(r13, 0.0)
+            numpy.less_equal(p, 1.0, out=m3)
+            numpy.copyto(r13, 1.0, where=m3)
+            numpy.multiply(r13, inv6, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, h, out=r13)
+            numpy.add(r13, 1.0, out=r13)
+            numpy.multiply(r13, r2, out=r13)
+            numpy.multiply(r13, r1, out=r13)
+            numpy.multiply(r13, n_output, out=r13)
             numpy.add(r12, r13, out=r12)
             numpy.minimum(1.0, n_sel_rec, out=r13)
             numpy.multiply(r13, r6, out=r13)
@@ -16041,7 +16318,7 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16064,10 +16341,13 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
         tmp15 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_p*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp15*tmp4, tmp15) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16076,8 +16356,9 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_weights_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 3)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16085,16 +16366,16 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             tmp13 = a*h
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_weights_bytes",
-        ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_weights_bytes",
+            ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 3) -> m0
+            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -16102,8 +16383,6 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 3) -> m0
-            numpy.greater_equal(zero_level, 3.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -16142,11 +16421,11 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             numpy.divide(r9, ep, out=r9)
             # tmp15 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_p*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1, shard_embed*tmp0),
-            #     tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra +
-            #     n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp15*tmp4, tmp15) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_p*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp15*tmp4, tmp15) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -16262,7 +16541,7 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16285,10 +16564,13 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
         tmp15 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_grad*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp15*tmp4, tmp15) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16297,8 +16579,9 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_gradients_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 2)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16306,16 +16589,16 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             tmp13 = a*h
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_gradients_bytes",
-        ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_gradients_bytes",
+            ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -16323,8 +16606,6 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -16363,11 +16644,11 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             numpy.divide(r9, ep, out=r9)
             # tmp15 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_grad*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp15*tmp4, tmp15) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_grad*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp15*tmp4, tmp15) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -16484,7 +16765,7 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
+    # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 67.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16507,10 +16788,13 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
         tmp15 = tmp3*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))
         out = bytes_optimizer*(n_embedding*xp.where(tmp2, tmp1/xp.maximum(1, shard_embed*tmp0), tmp1) + n_output*xp.where(tmp2, tmp4*tmp5, tmp5) + (n_body + n_extra + n_extra_sel)*(xp.where(tmp2, tmp12/xp.maximum(1, shard_p_os_exp*tmp10*tmp11), tmp12) + xp.where(tmp2, tmp15*tmp4, tmp15) + xp.where(tmp2, tmp9/xp.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
         return _runtime.broadcast(xp, out, (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16519,8 +16803,9 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_optimizer_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             inv0 = h*v
+            tmp2 = numpy.greater_equal(zero_level, 1)
             inv1 = -tie_emb_out
             tmp7 = h*hff_exp*n_ffMM
             tmp8 = hff_exp*(n_ffMM - 1)
@@ -16528,16 +16813,16 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             tmp13 = a*h
             tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_optimizer_bytes",
-        ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
-        (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
-        reals=14,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_optimizer_bytes",
+            ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "inv0", "inv1", "tmp7", "tmp8", "inv2", "inv3"),
+            (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3),
+            reals=14,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, inv0, inv1, tmp7, tmp8, inv2, inv3 in call.blocks():
+            # tmp2_mask = numpy.greater_equal(zero_level, 1) -> m0
+            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp0 = 1/numpy.maximum(1, shard_embed/numpy.maximum(1, gather_embed)) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
             numpy.divide(shard_embed, r0, out=r0)
@@ -16545,8 +16830,6 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(1.0, r0, out=r0)
             # tmp1 = inv0*tmp0 -> r1
             numpy.multiply(inv0, r0, out=r1)
-            # tmp2 = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
             # tmp3 = 1/t -> r2
             numpy.divide(1.0, t, out=r2)
             # tmp4 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp3) -> r3
@@ -16585,11 +16868,11 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             numpy.divide(r9, ep, out=r9)
             # tmp15 = inv3*tmp3 -> r10
             numpy.multiply(inv3, r2, out=r10)
-            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2, tmp1/numpy.maximum(1,
-            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2, tmp4*tmp5, tmp5) + (n_body +
-            #     n_extra + n_extra_sel)*(numpy.where(tmp2, tmp12/numpy.maximum(1,
-            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2, tmp15*tmp4, tmp15) +
-            #     numpy.where(tmp2, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
+            # out = bytes_optimizer*(n_embedding*numpy.where(tmp2_mask, tmp1/numpy.maximum(1,
+            #     shard_embed*tmp0), tmp1) + n_output*numpy.where(tmp2_mask, tmp4*tmp5, tmp5) +
+            #     (n_body + n_extra + n_extra_sel)*(numpy.where(tmp2_mask, tmp12/numpy.maximum(1,
+            #     shard_p_os_exp*tmp10*tmp11), tmp12) + numpy.where(tmp2_mask, tmp15*tmp4, tmp15) +
+            #     numpy.where(tmp2_mask, tmp9/numpy.maximum(1, shard_p_os_exp_partial*tmp6), tmp9)))
             numpy.copyto(out, r1)
             numpy.multiply(r0, shard_embed, out=r2)
             numpy.maximum(r2, 1.0, out=r2)
@@ -16712,7 +16995,7 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 129 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
+    # ops: 132 (SymPy count_ops of the CSE form below); NumPy calls per block: 103.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -16737,10 +17020,15 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
         tmp17 = 1/xp.maximum(1, shard_p_os_exp*tmp15*tmp16)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + (n_body + n_extra + n_extra_sel)*(tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + tmp9*(n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp12, 1) + bytes_optimizer*xp.where(tmp4, tmp12, 1) + bytes_p*xp.where(tmp5, tmp12, 1)) + n_exp*tmp16*(mlp_bias*(h + tmp11*tmp15) + tmp10*tmp15)*(bytes_grad*xp.where(tmp3, tmp17, 1) + bytes_optimizer*xp.where(tmp4, tmp17, 1) + bytes_p*xp.where(tmp5, tmp17, 1))/ep)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = a*h
@@ -16749,8 +17037,11 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v))
+            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_model_states_bytes", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp10 = h*hff_exp*n_ffMM
             tmp11 = hff_exp*(n_ffMM - 1)
             tmp13 = a*h
@@ -16758,30 +17049,29 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp14) + dc_kv + dh*tmp13 + h*(dc_kv + dhr) + tmp13*(dhr + tmp14))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv1 = n_shared_exp*(mlp_bias*(h + tmp11) + tmp10) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             inv2 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_model_states_bytes",
-        ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
-        (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
-        reals=12,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_model_states_bytes",
+            ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp0", "tmp10", "tmp11", "inv0", "inv1", "inv2"),
+            (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2),
+            reals=12,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, m0, m1, m2, m3, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp0, tmp10, tmp11, inv0, inv1, inv2 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -16821,16 +17111,16 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             numpy.multiply(r7, shard_p_os_exp, out=r7)
             numpy.maximum(r7, 1.0, out=r7)
             numpy.divide(1.0, r7, out=r7)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
-            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3, tmp12, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp12, 1) + bytes_p*numpy.where(tmp5, tmp12, 1))
-            #     + n_exp*tmp16*(mlp_bias*(h + tmp11*tmp15) +
-            #     tmp10*tmp15)*(bytes_grad*numpy.where(tmp3, tmp17, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp17, 1) + bytes_p*numpy.where(tmp5, tmp17,
-            #     1))/ep)
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv2*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + (n_body + n_extra + n_extra_sel)*(inv0*tmp6 +
+            #     inv1*tmp9*(bytes_grad*numpy.where(tmp3_mask, tmp12, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp12, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp12, 1)) + n_exp*tmp16*(mlp_bias*(h + tmp11*tmp15) +
+            #     tmp10*tmp15)*(bytes_grad*numpy.where(tmp3_mask, tmp17, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp17, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp17, 1))/ep)
             numpy.add(n_body, n_extra, out=out)
             numpy.add(out, n_extra_sel, out=out)
             numpy.multiply(inv0, r2, out=r8)
@@ -16981,8 +17271,10 @@ def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
         tmp7 = bytes_compute*(cap_fact*n_chosen_exp*(tmp3 + tmp5/t_exp) + 2*dc_kv + dh*tmp4 + dhr + n_exp/sp + n_shared_exp*tmp5/t + 4*tmp1 + (a*tmp6 + dh*n_kv + n_kv*tmp6)/t) + dropout*tmp3
         out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 + n_output*(bytes_compute*tmp3 + bytes_logits*v/t) + n_sel_rec*tmp7 + (4*flash_attention*tmp4 + s*tmp4*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout) + tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp))/cp
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = hff_exp*n_ffMM
             tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17008,15 +17300,13 @@ def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
             inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
             inv7 = -pp_rank
             inv8 = -2*pp_rank - 1
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_activations_bytes",
-        ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_activations_bytes",
+            ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+            (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
             # tmp1 = h/sp -> r0
             numpy.divide(h, sp, out=r0)
@@ -17160,8 +17450,10 @@ def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
         tmp8 = dhr + xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = xp.maximum(tmp2*tmp3*xp.minimum(1, n_sel_rec), tmp3*(-bytes_compute*tmp5 + bytes_compute*(cap_fact*n_chosen_exp*(tmp7 + tmp6/t_exp) + 2*dc_kv + dh*tmp1 + dhr + n_exp/sp + n_shared_exp*tmp6/t + 4*tmp5 + (a*tmp8 + dh*n_kv + n_kv*tmp8)/t) + dropout*tmp7 + tmp2)*xp.minimum(1, n_full_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*flash_attention
             inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
@@ -17183,15 +17475,13 @@ def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
             inv4 = cap_fact*n_chosen_exp
             inv5 = 2*dc_kv + dhr
             inv6 = -bytes_compute
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_recompute_workspace_bytes",
-        ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-        reals=8,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_recompute_workspace_bytes",
+            ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
+            reals=8,
+            masks=0,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = a/t -> r0
             numpy.divide(a, t, out=r0)
@@ -17375,7 +17665,7 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 222 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
+    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 175.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -17416,10 +17706,15 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
         tmp33 = 1/xp.maximum(1, shard_p_os_exp*tmp31*tmp32)
         out = n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp29) + tmp28) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp30, 1) + bytes_optimizer*xp.where(tmp4, tmp30, 1) + bytes_p*xp.where(tmp5, tmp30, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + h*tmp16 + h*tmp21 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*xp.where(tmp3, tmp33, 1) + bytes_optimizer*xp.where(tmp4, tmp33, 1) + bytes_p*xp.where(tmp5, tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp27)*xp.minimum(1, n_full_rec), (-tmp23 - tmp27)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17441,8 +17736,11 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17463,30 +17761,29 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             inv10 = -pp_rank
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_total_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12),
-        reals=20,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_total_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12),
+            reals=20,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -17576,15 +17873,15 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp30, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp30, 1) + bytes_p*numpy.where(tmp5, tmp30, 1))
-            #     + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) +
-            #     tmp28*tmp31)*(bytes_grad*numpy.where(tmp3, tmp33, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp33, 1) + bytes_p*numpy.where(tmp5, tmp33,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp30,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp30, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp30, 1)) + n_exp*tmp32*(mlp_bias*(h +
+            #     tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*numpy.where(tmp3_mask, tmp33, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp33, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +
@@ -17826,7 +18123,7 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 225 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
+    # ops: 228 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -17867,10 +18164,15 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
         tmp33 = 1/xp.maximum(1, shard_p_os_exp*tmp31*tmp32)
         out = device_memory_bytes - memory_reserve - n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) - n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) - tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp29) + tmp28) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp30, 1) + bytes_optimizer*xp.where(tmp4, tmp30, 1) + bytes_p*xp.where(tmp5, tmp30, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + h*tmp16 + h*tmp21 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*xp.where(tmp3, tmp33, 1) + bytes_optimizer*xp.where(tmp4, tmp33, 1) + bytes_p*xp.where(tmp5, tmp33, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) - xp.maximum((-tmp14 - tmp27)*xp.minimum(1, n_full_rec), (-tmp23 - tmp27)*xp.minimum(1, n_sel_rec))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17894,8 +18196,11 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_headroom_bytes", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -17918,30 +18223,29 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             inv12 = -tie_emb_out
             inv13 = -tmp0
             inv14 = device_memory_bytes - memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_headroom_bytes",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_headroom_bytes",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13", "inv14"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13, inv14 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -18031,15 +18335,15 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             numpy.multiply(r16, shard_p_os_exp, out=r16)
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
-            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1)
-            #     + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp30, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp30, 1) + bytes_p*numpy.where(tmp5, tmp30, 1))
-            #     + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) +
-            #     tmp28*tmp31)*(bytes_grad*numpy.where(tmp3, tmp33, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp33, 1) + bytes_p*numpy.where(tmp5, tmp33,
-            #     1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            # out = inv13*n_embedding*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + inv14 - n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1),
+            #     1, 0) + 1) + v) - tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask,
+            #     tmp30, 1) + bytes_optimizer*numpy.where(tmp4_mask, tmp30, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp30, 1)) + n_exp*tmp32*(mlp_bias*(h +
+            #     tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*numpy.where(tmp3_mask, tmp33, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp33, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp33, 1))/ep) - (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) -
@@ -18281,7 +18585,7 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 227 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
+    # ops: 230 (SymPy count_ops of the CSE form below); NumPy calls per block: 179.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -18322,10 +18626,15 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
         tmp33 = 1/xp.maximum(1, shard_p_os_exp*tmp31*tmp32)
         out = 1 - xp.maximum(0, xp.sign(-device_memory_bytes + memory_reserve + n_embedding*tmp0*tmp7*(bytes_grad*xp.where(tmp3, tmp8, 1) + bytes_optimizer*xp.where(tmp4, tmp8, 1) + bytes_p*xp.where(tmp5, tmp8, 1)) + n_output*tmp6*(tmp0*(-tie_emb_out*xp.where(xp.less_equal(p, 1), 1, 0) + 1) + v) + tmp24*(tmp18*(n_shared_exp*(mlp_bias*(h + tmp29) + tmp28) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))*(bytes_grad*xp.where(tmp3, tmp30, 1) + bytes_optimizer*xp.where(tmp4, tmp30, 1) + bytes_p*xp.where(tmp5, tmp30, 1)) + tmp6*(h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + h*tmp16 + h*tmp21 + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)) + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*xp.where(tmp3, tmp33, 1) + bytes_optimizer*xp.where(tmp4, tmp33, 1) + bytes_p*xp.where(tmp5, tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 + n_output*tmp12*(bytes_compute*tmp15 + bytes_logits*tmp1*v) + n_sel_rec*tmp23 + tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*xp.where(xp.less_equal(vp, 1), xp.minimum(m, p - pp_rank), xp.minimum(m, (p*vp + p - 2*pp_rank - 1)/vp)) + xp.maximum((-tmp14 - tmp27)*xp.minimum(1, n_full_rec), (-tmp23 - tmp27)*xp.minimum(1, n_sel_rec))))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -18348,8 +18657,11 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v) = _runtime.reals("memory_mla_q_direct_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v))
+            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_fits", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "memory_reserve", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, memory_reserve, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, tie_emb_out, v, zero_level))
             tmp0 = h*v
+            tmp3 = numpy.greater_equal(zero_level, 2)
+            tmp4 = numpy.greater_equal(zero_level, 1)
+            tmp5 = numpy.greater_equal(zero_level, 3)
             tmp16 = a*dh
             tmp17 = hff_exp*n_ffMM
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -18371,30 +18683,29 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             inv11 = -2*pp_rank - 1
             inv12 = -tie_emb_out
             inv13 = -device_memory_bytes + memory_reserve
-    call = _runtime.Call(
-        "memory_mla_q_direct_moe_stage_fits",
-        ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
-        (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
-        reals=21,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "memory_mla_q_direct_moe_stage_fits",
+            ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp0", "tmp16", "tmp17", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp28", "tmp29", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12", "inv13"),
+            (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13),
+            reals=21,
+            masks=4,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp0, tmp16, tmp17, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp28, tmp29, inv7, inv8, inv9, inv10, inv11, inv12, inv13 in call.blocks():
+            # tmp3_mask = numpy.greater_equal(zero_level, 2) -> m0
+            numpy.greater_equal(zero_level, 2.0, out=m0)
+            # tmp4_mask = numpy.greater_equal(zero_level, 1) -> m1
+            numpy.greater_equal(zero_level, 1.0, out=m1)
+            # tmp5_mask = numpy.greater_equal(zero_level, 3) -> m2
+            numpy.greater_equal(zero_level, 3.0, out=m2)
             # tmp1 = 1/t -> r0
             numpy.divide(1.0, t, out=r0)
             # tmp2 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp1) -> r1
             numpy.multiply(r0, shard_p_os_non_exp_partial, out=r1)
             numpy.maximum(r1, 1.0, out=r1)
             numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp4 = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp5 = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3, tmp2, 1) + bytes_optimizer*numpy.where(tmp4,
-            #     tmp2, 1) + bytes_p*numpy.where(tmp5, tmp2, 1)) -> r2
+            # tmp6 = tmp1*(bytes_grad*numpy.where(tmp3_mask, tmp2, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp2, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp2, 1)) -> r2
             numpy.copyto(r2, 1.0)
             numpy.copyto(r2, r1, where=m0)
             numpy.multiply(r2, bytes_grad, out=r2)
@@ -18485,15 +18796,15 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             numpy.maximum(r16, 1.0, out=r16)
             numpy.divide(1.0, r16, out=r16)
             # out = 1 - numpy.maximum(0, numpy.sign(inv13 +
-            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3, tmp8, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp8, 1) + bytes_p*numpy.where(tmp5, tmp8, 1)) +
-            #     n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + v) +
-            #     tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3, tmp30, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp30, 1) + bytes_p*numpy.where(tmp5, tmp30, 1))
-            #     + n_exp*tmp32*(mlp_bias*(h + tmp29*tmp31) +
-            #     tmp28*tmp31)*(bytes_grad*numpy.where(tmp3, tmp33, 1) +
-            #     bytes_optimizer*numpy.where(tmp4, tmp33, 1) + bytes_p*numpy.where(tmp5, tmp33,
-            #     1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
+            #     n_embedding*tmp0*tmp7*(bytes_grad*numpy.where(tmp3_mask, tmp8, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp8, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp8, 1)) + n_output*tmp6*(tmp0*(inv12*numpy.where(numpy.less_equal(p, 1), 1, 0) +
+            #     1) + v) + tmp24*(inv7*tmp6 + inv8*tmp18*(bytes_grad*numpy.where(tmp3_mask, tmp30,
+            #     1) + bytes_optimizer*numpy.where(tmp4_mask, tmp30, 1) +
+            #     bytes_p*numpy.where(tmp5_mask, tmp30, 1)) + n_exp*tmp32*(mlp_bias*(h +
+            #     tmp29*tmp31) + tmp28*tmp31)*(bytes_grad*numpy.where(tmp3_mask, tmp33, 1) +
+            #     bytes_optimizer*numpy.where(tmp4_mask, tmp33, 1) + bytes_p*numpy.where(tmp5_mask,
+            #     tmp33, 1))/ep) + (dropout*n_embedding*tmp13 + n_full_rec*tmp14 +
             #     n_output*tmp12*(bytes_compute*tmp15 + inv9*tmp1) + n_sel_rec*tmp23 +
             #     tmp12*tmp26*(-n_full_rec - n_sel_rec + tmp24))*numpy.where(numpy.less_equal(vp,
             #     1), numpy.minimum(m, inv10 + p), numpy.minimum(m, (inv11 + p*vp + p)/vp)) +

@@ -82,8 +82,10 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
         tmp3 = 0.25*n_attMM
         out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp1 = h + qkv_bias
@@ -97,15 +99,13 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
             tmp2 = a*tmp0
             tmp3 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "params_standard_dense_non_expert_params",
-        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "inv0"),
-        (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_standard_dense_non_expert_params",
+            ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "inv0"),
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -220,8 +220,10 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
         tmp3 = 0.25*n_attMM
         out = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp1 = h + qkv_bias
@@ -235,15 +237,13 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
             tmp2 = a*tmp0
             tmp3 = 0.25*n_attMM
             inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "params_standard_moe_non_expert_params",
-        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "inv0"),
-        (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_standard_moe_non_expert_params",
+            ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "inv0"),
+            (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -342,15 +342,16 @@ def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_e
         (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate) = _runtime.floats(xp, (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate))
         out = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
         return _runtime.broadcast(xp, out, (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate))
-    call = _runtime.Call(
-        "params_moe_shared_experts_params",
-        ("h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate"),
-        (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate),
-        reals=2,
-        masks=1,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_moe_shared_experts_params",
+            ("h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate"),
+            (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate in call.blocks():
             # out = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
             #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
@@ -418,8 +419,10 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
         tmp0 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
@@ -427,15 +430,13 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_dense_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "params_mla_q_latent_dense_non_expert_params",
-        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
-        (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_mla_q_latent_dense_non_expert_params",
+            ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
+            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -485,8 +486,10 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
         tmp0 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -494,15 +497,13 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
             (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_moe_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "params_mla_q_latent_moe_non_expert_params",
-        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
-        (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_mla_q_latent_moe_non_expert_params",
+            ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
+            (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -557,8 +558,10 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
         tmp1 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = a*h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -568,15 +571,13 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
             tmp0 = a*h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "params_mla_q_direct_dense_non_expert_params",
-        ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
-        (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_mla_q_direct_dense_non_expert_params",
+            ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
+            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -626,8 +627,10 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
         tmp1 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = a*h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -637,15 +640,13 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
             tmp0 = a*h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "params_mla_q_direct_moe_non_expert_params",
-        ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
-        (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "params_mla_q_direct_moe_non_expert_params",
+            ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
+            (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)

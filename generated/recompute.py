@@ -327,22 +327,22 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
         (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*h*n_chosen_exp*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("recompute_ep_balanced_full_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
             inv0 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "recompute_ep_balanced_full_bytes",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s", "inv0"),
-        (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_ep_balanced_full_bytes",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s", "inv0"),
+            (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
             #     0, b*comm_ep*inv0*(ep - 1)/(cp*ep))
@@ -391,22 +391,22 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
         (bytes_compute, comm_ep, ep, h, max_rank_tokens) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, max_rank_tokens))
         out = xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, max_rank_tokens))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*h
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h) = _runtime.reals("recompute_ep_imbalanced_full_bytes", ("bytes_compute", "h"), (bytes_compute, h))
             inv0 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "recompute_ep_imbalanced_full_bytes",
-        ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "inv0"),
-        (bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0),
-        reals=0,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_ep_imbalanced_full_bytes",
+            ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "inv0"),
+            (bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0),
+            reals=0,
+            masks=2,
+        )
         for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0 in call.blocks():
             # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
             #     0, comm_ep*inv0*max_rank_tokens*(ep - 1)/ep)
@@ -483,22 +483,22 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*h*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h, s) = _runtime.reals("recompute_cp_ring_mha_full_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
             inv0 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "recompute_cp_ring_mha_full_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_mha_full_bytes",
+            ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+            (b, bytes_compute, cp, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -545,8 +545,10 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
         (b, bytes_compute, cp, gather, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*h*s
             inv1 = 0.5 - 0.5*gather
@@ -554,15 +556,13 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
             (bytes_compute, gather, h, s) = _runtime.reals("recompute_cp_ring_mha_selective_bytes", ("bytes_compute", "gather", "h", "s"), (bytes_compute, gather, h, s))
             inv0 = 4*bytes_compute*h*s
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ring_mha_selective_bytes",
-        ("b", "bytes_compute", "cp", "gather", "h", "s", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, gather, h, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_mha_selective_bytes",
+            ("b", "bytes_compute", "cp", "gather", "h", "s", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, gather, h, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, gather, h, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -607,22 +607,22 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
         (a, cp, dh, h, t) = _runtime.floats(xp, (a, cp, dh, h, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)
         return _runtime.broadcast(xp, out, (a, cp, dh, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dh, h) = _runtime.reals("recompute_cp_linear_state_full_bytes", ("a", "dh", "h"), (a, dh, h))
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "recompute_cp_linear_state_full_bytes",
-        ("a", "cp", "dh", "h", "t", "inv0"),
-        (a, cp, dh, h, t, inv0),
-        reals=0,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_linear_state_full_bytes",
+            ("a", "cp", "dh", "h", "t", "inv0"),
+            (a, cp, dh, h, t, inv0),
+            reals=0,
+            masks=1,
+        )
         for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
             numpy.divide(inv0, t, out=out)
@@ -664,8 +664,10 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
         (a, cp, dh, gather, h, t) = _runtime.floats(xp, (a, cp, dh, gather, h, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv1 = 0.5 - 0.5*gather
@@ -673,15 +675,13 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
             (a, dh, gather, h) = _runtime.reals("recompute_cp_linear_state_selective_bytes", ("a", "dh", "gather", "h"), (a, dh, gather, h))
             inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_linear_state_selective_bytes",
-        ("a", "cp", "dh", "gather", "h", "t", "inv0", "inv1"),
-        (a, cp, dh, gather, h, t, inv0, inv1),
-        reals=0,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_linear_state_selective_bytes",
+            ("a", "cp", "dh", "gather", "h", "t", "inv0", "inv1"),
+            (a, cp, dh, gather, h, t, inv0, inv1),
+            reals=0,
+            masks=1,
+        )
         for out, m0, a, cp, dh, gather, h, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
             numpy.divide(inv0, t, out=out)
@@ -725,22 +725,22 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
         (a, b, bytes_compute, cp, dh, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, n_kv, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_full_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "recompute_cp_ring_gqa_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_gqa_full_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -790,8 +790,10 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
         (a, b, bytes_compute, cp, dh, gather, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv1 = 0.5 - 0.5*gather
@@ -799,15 +801,13 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
             (a, bytes_compute, dh, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "n_kv", "s"), (a, bytes_compute, dh, gather, n_kv, s))
             inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ring_gqa_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_gqa_selective_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -853,22 +853,22 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, dh, s) = _runtime.reals("recompute_cp_ring_mqa_full_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
             inv0 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "recompute_cp_ring_mqa_full_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
-        (b, bytes_compute, cp, dh, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_mqa_full_bytes",
+            ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
+            (b, bytes_compute, cp, dh, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -915,8 +915,10 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
         (b, bytes_compute, cp, dh, gather, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*dh*s
             inv1 = 0.5 - 0.5*gather
@@ -924,15 +926,13 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
             (bytes_compute, dh, gather, s) = _runtime.reals("recompute_cp_ring_mqa_selective_bytes", ("bytes_compute", "dh", "gather", "s"), (bytes_compute, dh, gather, s))
             inv0 = 4*bytes_compute*dh*s
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ring_mqa_selective_bytes",
-        ("b", "bytes_compute", "cp", "dh", "gather", "s", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, gather, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_mqa_selective_bytes",
+            ("b", "bytes_compute", "cp", "dh", "gather", "s", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, gather, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, dh, gather, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -980,22 +980,22 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_full_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
             inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "recompute_cp_ring_mla_full_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_mla_full_bytes",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
+            (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1045,8 +1045,10 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
         (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv1 = 0.5 - 0.5*gather
@@ -1054,15 +1056,13 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
             (bytes_compute, dh, dhr, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_selective_bytes", ("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"), (bytes_compute, dh, dhr, gather, n_kv, s))
             inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ring_mla_selective_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ring_mla_selective_bytes",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1111,22 +1111,22 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mha_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "recompute_cp_ulysses_mha_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_mha_full_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1177,8 +1177,10 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         (a, b, bytes_compute, cp, dh, gather, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv1 = 0.5 - 0.5*gather
@@ -1186,15 +1188,13 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
             (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mha_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ulysses_mha_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_mha_selective_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1245,22 +1245,22 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_full_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "recompute_cp_ulysses_gqa_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_gqa_full_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1313,8 +1313,10 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv1 = 0.5 - 0.5*gather
@@ -1322,15 +1324,13 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
             (a, bytes_compute, dh, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, gather, h, n_kv, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ulysses_gqa_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_gqa_selective_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1380,22 +1380,22 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         (a, b, bytes_compute, cp, dh, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, s, t))
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "recompute_cp_ulysses_mqa_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_mqa_full_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1446,8 +1446,10 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         (a, b, bytes_compute, cp, dh, gather, h, s, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, s, t))
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv1 = 0.5 - 0.5*gather
@@ -1455,15 +1457,13 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
             (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
             inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ulysses_mqa_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_mqa_selective_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1517,8 +1517,10 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
@@ -1526,15 +1528,13 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
             (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_full_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "recompute_cp_ulysses_mla_full_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
-        (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_mla_full_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
+            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
             # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)
@@ -1589,8 +1589,10 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*((1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
@@ -1600,15 +1602,13 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv1 = 0.5 - 0.5*gather
-    call = _runtime.Call(
-        "recompute_cp_ulysses_mla_selective_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "recompute_cp_ulysses_mla_selective_bytes",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1 in call.blocks():
             # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
             numpy.less_equal(cp, 1.0, out=m0)

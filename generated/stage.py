@@ -454,8 +454,10 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -463,15 +465,13 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -533,8 +533,10 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -542,15 +544,13 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -610,8 +610,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_b
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -619,15 +621,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_b
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -684,8 +684,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -695,15 +697,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, le
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -761,8 +761,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -772,15 +774,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -870,102 +870,75 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
+    # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_dense_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2 in call.blocks():
-            # tmp11 = inv0/t -> r0
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_standard_dense_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp12, tmp13), tmp11,
-            #     numpy.where(tmp12, tmp17, 0)) + numpy.where(numpy.logical_and(tmp13, tmp19), tmp11
-            #     + tmp11/cp, numpy.where(tmp19, tmp17 + tmp17/cp, 0)))
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.copyto(out, r0, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.divide(r1, cp, out=r3)
-            numpy.add(r3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.divide(r0, cp, out=r3)
-            numpy.add(r3, r0, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv2, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -1032,99 +1005,72 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
+    # ops: 52 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp19), tmp11 + tmp11/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("stage_dp_unconverted_standard_dense_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_dense_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
-            # tmp11 = inv0/t -> r0
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_dense_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
+            (a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = numpy.where(numpy.logical_and(tmp12, tmp13), tmp11, numpy.where(tmp12, tmp17,
-            #     0)) + numpy.where(numpy.logical_and(tmp13, tmp19), tmp11 + tmp11/cp,
-            #     numpy.where(tmp19, tmp17 + tmp17/cp, 0))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0)
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.copyto(out, r0, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.divide(r1, cp, out=r3)
-            numpy.add(r3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.divide(r0, cp, out=r3)
-            numpy.add(r3, r0, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
     return call.out
 
 
@@ -1163,8 +1109,10 @@ def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1172,15 +1120,13 @@ def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1231,8 +1177,10 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1242,15 +1190,13 @@ def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1302,8 +1248,10 @@ def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1313,15 +1261,13 @@ def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1373,8 +1319,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1382,15 +1330,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1447,8 +1393,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1458,15 +1406,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1524,8 +1470,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gath
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1535,15 +1483,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gath
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1599,8 +1545,10 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1608,15 +1556,13 @@ def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1667,8 +1613,10 @@ def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1678,15 +1626,13 @@ def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1738,8 +1684,10 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -1749,15 +1697,13 @@ def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1812,8 +1758,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -1821,15 +1769,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1890,8 +1836,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -1901,15 +1849,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1971,8 +1917,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -1982,15 +1930,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2051,8 +1997,10 @@ def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -2060,15 +2008,13 @@ def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2129,8 +2075,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -2140,15 +2088,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2210,8 +2156,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -2221,15 +2169,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2290,8 +2236,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, lev
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2299,15 +2247,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, lev
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2367,8 +2313,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2378,15 +2326,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2447,8 +2393,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, c
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2458,15 +2406,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, c
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2522,8 +2468,10 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2531,15 +2479,13 @@ def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2590,8 +2536,10 @@ def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2601,15 +2549,13 @@ def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2661,8 +2607,10 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2672,15 +2620,13 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2735,8 +2681,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_b
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2744,15 +2692,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_b
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2812,8 +2758,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2823,15 +2771,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, le
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2892,8 +2838,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -2903,15 +2851,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2967,8 +2913,10 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -2976,15 +2924,13 @@ def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3035,8 +2981,10 @@ def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3046,15 +2994,13 @@ def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3106,8 +3052,10 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3117,15 +3065,13 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3181,8 +3127,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3190,15 +3138,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3260,8 +3206,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3271,15 +3219,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3343,8 +3289,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3354,15 +3302,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3424,8 +3370,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3433,15 +3381,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3503,8 +3449,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3514,15 +3462,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3586,8 +3532,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -3597,15 +3545,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3663,8 +3609,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -3672,15 +3620,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3737,8 +3683,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -3748,15 +3696,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, l
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3814,8 +3760,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -3825,15 +3773,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3889,8 +3835,10 @@ def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3898,15 +3846,13 @@ def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3957,8 +3903,10 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3968,15 +3916,13 @@ def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4028,8 +3974,10 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4039,15 +3987,13 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4099,8 +4045,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -4108,15 +4056,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4173,8 +4119,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -4184,15 +4132,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4250,8 +4196,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -4261,15 +4209,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4325,8 +4271,10 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4334,15 +4282,13 @@ def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4393,8 +4339,10 @@ def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4404,15 +4352,13 @@ def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4464,8 +4410,10 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4475,15 +4423,13 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4538,8 +4484,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4547,15 +4495,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4616,8 +4562,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4627,15 +4575,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4697,8 +4643,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4708,15 +4656,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4777,8 +4723,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4786,15 +4734,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4855,8 +4801,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4866,15 +4814,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4936,8 +4882,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -4947,15 +4895,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5015,8 +4961,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, l
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5024,15 +4972,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, l
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5091,8 +5037,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5102,15 +5050,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5171,8 +5117,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5182,15 +5130,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5246,8 +5192,10 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5255,15 +5203,13 @@ def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, scor
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5314,8 +5260,10 @@ def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5325,15 +5273,13 @@ def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0,
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5385,8 +5331,10 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5396,15 +5344,13 @@ def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, l
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5458,8 +5404,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5467,15 +5415,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5534,8 +5480,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5545,15 +5493,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5614,8 +5560,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -5625,15 +5573,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5689,8 +5635,10 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5698,15 +5646,13 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_layer",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_layer",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5757,8 +5703,10 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5768,15 +5716,13 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_full_again",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_full_again",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5828,8 +5774,10 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/t)*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -5839,15 +5787,13 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
             inv0 = 1/level_bound_0
             inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_selective_again",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_selective_again",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5905,8 +5851,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -5916,15 +5864,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5988,8 +5934,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6001,15 +5949,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6075,8 +6021,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6088,15 +6036,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6160,8 +6106,10 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6171,15 +6119,13 @@ def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h,
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6243,8 +6189,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6256,15 +6204,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dh
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6330,8 +6276,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -6343,15 +6291,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6408,8 +6354,10 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -6417,15 +6365,13 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_layer",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_layer",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
@@ -6483,8 +6429,10 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -6492,15 +6440,13 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_full_again",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_full_again",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
@@ -6601,8 +6547,10 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -6622,15 +6570,13 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -6722,8 +6668,10 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -6735,15 +6683,13 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_untied_embedding",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_untied_embedding",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -6835,8 +6781,10 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -6848,15 +6796,13 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -6968,8 +6914,10 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -6989,15 +6937,13 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_dense_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -7083,8 +7029,10 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*tmp1*v*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7096,15 +7044,13 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*v
-    call = _runtime.Call(
-        "stage_dp_unconverted_fsdp_untied_embedding",
-        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_fsdp_untied_embedding",
+            ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7189,8 +7135,10 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = v*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7202,15 +7150,13 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = v*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_unconverted_fsdp_output",
-        ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_fsdp_output",
+            ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -7311,8 +7257,10 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
         tmp5 = 0.25*n_attMM
         out = 2*bytes_grad*(tmp1 - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp3 = h + qkv_bias
@@ -7328,15 +7276,13 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
             tmp5 = 0.25*n_attMM
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-    call = _runtime.Call(
-        "stage_dp_reduced_standard_dense_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_standard_dense_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -7406,8 +7352,10 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*h*tmp2*v*(tmp1 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*v
@@ -7415,15 +7363,13 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
             (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_untied_embedding", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*v
-    call = _runtime.Call(
-        "stage_dp_reduced_fsdp_untied_embedding",
-        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
-        (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_fsdp_untied_embedding",
+            ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
+            (bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7492,8 +7438,10 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = 2*bytes_grad*v*(h + 1)*(tmp1 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*v*(h + 1)
@@ -7501,15 +7449,13 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
             (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_output", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*v*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_reduced_fsdp_output",
-        ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
-        (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_fsdp_output",
+            ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
+            (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -7592,8 +7538,10 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
         tmp4 = xp.maximum(1, d*tmp0)
         out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7607,15 +7555,13 @@ def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d,
             inv2 = 2*bytes_grad
             inv3 = h*v
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_tied_embedding",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_tied_embedding",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7714,8 +7660,10 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
         tmp4 = xp.maximum(1, d*tmp0)
         out = tmp1*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(reshards + tmp3*(1 - reshards)))*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -7727,15 +7675,13 @@ def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gath
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*v
-    call = _runtime.Call(
-        "stage_dp_unconverted_fsdp_tied_embedding",
-        ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_fsdp_tied_embedding",
+            ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -7824,8 +7770,10 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*tmp2*(tmp1 - 1)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
@@ -7835,15 +7783,13 @@ def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, 
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_fsdp_tied_embedding",
-        ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2"),
-        (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_fsdp_tied_embedding",
+            ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "p", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2"),
+            (bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -8307,175 +8253,149 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
+    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp27 = 1/(cp*ep*t_exp)
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = xp.equal(zero2_non_exp, 1)
-        tmp31 = xp.equal(zero2_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0))))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        tmp10 = 1/cp
+        tmp11 = xp.equal(zero3_exp, 1)
+        tmp12 = xp.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        tmp17 = h*shared_expert_gate + tmp16
+        tmp18 = xp.where(tmp12, xp.equal(tmp17, 0), xp.equal(tmp16, 0))
+        tmp19 = tmp10/(ep*t_exp)
+        tmp20 = xp.equal(zero2_exp, 1)
+        tmp21 = tmp19 + 1/xp.maximum(ep, t_exp)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) + xp.where(xp.logical_and(tmp11, tmp18), 0, xp.where(xp.logical_and(tmp11, tmp12), tmp17*tmp19, xp.where(tmp11, tmp16*tmp19, 0))) + xp.where(xp.logical_and(tmp18, tmp20), 0, xp.where(xp.logical_and(tmp12, tmp20), tmp17*tmp21, xp.where(tmp20, tmp16*tmp21, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4),
-        reals=8,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3, inv4 in call.blocks():
-            # tmp11 = inv0/t -> r0
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3),
+            reals=8,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3 in call.blocks():
+            # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m2
-            numpy.equal(zero3_exp, 1.0, out=m2)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m3
-            numpy.not_equal(n_shared_exp, 0.0, out=m3)
-            # tmp23 = inv2 + n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) +
-            #     tmp20/numpy.maximum(1, etp)) -> r2
+            # tmp10 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp11 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp15 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(tmp20, r2, out=r2)
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp21, r3, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv2, out=r2)
-            # tmp24 = inv3 + tmp23 -> r3
-            numpy.add(inv3, r2, out=r3)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m4
-            numpy.copyto(m4, numpy.where(m3, numpy.equal(r3, 0), numpy.equal(r2, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r4
-            numpy.multiply(cp, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # tmp28 = tmp24*tmp27 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            # tmp29 = tmp23*tmp27 -> r6
-            numpy.multiply(r2, r4, out=r6)
-            # tmp30 = numpy.equal(zero2_non_exp, 1) -> m5
-            numpy.equal(zero2_non_exp, 1.0, out=m5)
-            # tmp31 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp12, tmp13), tmp11,
-            #     numpy.where(tmp12, tmp17, 0)) + numpy.where(numpy.logical_and(tmp13, tmp30), tmp11
-            #     + tmp11/cp, numpy.where(tmp30, tmp17 + tmp17/cp, 0)) +
-            #     numpy.where(numpy.logical_and(tmp18, tmp25), 0,
-            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp28, numpy.where(tmp18, tmp29, 0)))
-            #     + numpy.where(numpy.logical_and(tmp25, tmp31), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp31), tmp24/numpy.maximum(ep, t_exp) +
-            #     tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0))))
+            numpy.divide(1.0, r2, out=r2)
+            # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
+            numpy.multiply(tmp13, r2, out=r3)
+            numpy.multiply(tmp14, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp17 = inv2 + tmp16 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp19 = tmp10/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp20 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r4, out=r5)
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp11, tmp18), 0,
+            #     numpy.where(numpy.logical_and(tmp11, tmp12_mask), tmp17*tmp19, numpy.where(tmp11,
+            #     tmp16*tmp19, 0))) + numpy.where(numpy.logical_and(tmp18, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp12_mask, tmp20), tmp17*tmp21, numpy.where(tmp20,
+            #     tmp16*tmp21, 0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r0, where=m7)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r1, cp, out=r7)
-            numpy.add(r7, r1, out=r7)
-            numpy.copyto(r4, r7, where=m5)
-            numpy.logical_and(m1, m5, out=m7)
-            numpy.divide(r0, cp, out=r7)
-            numpy.add(r7, r0, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.copyto(r4, r6, where=m2)
-            numpy.logical_and(m2, m3, out=m7)
-            numpy.copyto(r4, r5, where=m7)
-            numpy.logical_and(m2, m4, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r2, r7, out=r7)
-            numpy.add(r7, r6, out=r7)
-            numpy.copyto(r4, r7, where=m6)
-            numpy.logical_and(m3, m6, out=m7)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.add(r7, r5, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -8569,171 +8489,146 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 107 (SymPy count_ops of the CSE form below); NumPy calls per block: 57.
+    # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp1 = dh*n_kv
-        tmp2 = 0.5*n_attMM
-        tmp3 = 2*n_qknorm
-        tmp4 = h*o_bias
-        tmp5 = a*dh
-        tmp6 = h*tmp5
-        tmp7 = 0.25*n_attMM
-        tmp8 = attn_output_gate + 1
-        tmp9 = qkv_bias*tmp8
-        tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-        tmp12 = xp.equal(zero3_non_exp, 1)
-        tmp13 = xp.not_equal(dh, 0)
-        tmp15 = n_kv/a
-        tmp16 = (h*h)
-        tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21/xp.maximum(1, etp)) + tmp20/xp.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp27 = 1/(cp*ep*t_exp)
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = xp.equal(zero2_non_exp, 1)
-        tmp31 = xp.equal(zero2_exp, 1)
-        out = xp.where(xp.logical_and(tmp12, tmp13), tmp11, xp.where(tmp12, tmp17, 0)) + xp.where(xp.logical_and(tmp13, tmp30), tmp11 + tmp11/cp, xp.where(tmp30, tmp17 + tmp17/cp, 0)) + xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp28, xp.where(tmp18, tmp29, 0))) + xp.where(xp.logical_and(tmp25, tmp31), 0, xp.where(xp.logical_and(tmp19, tmp31), tmp24/xp.maximum(ep, t_exp) + tmp28, xp.where(tmp31, tmp23/xp.maximum(ep, t_exp) + tmp29, 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+        tmp10 = 1/cp
+        tmp11 = xp.equal(zero3_exp, 1)
+        tmp12 = xp.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        tmp15 = 1/xp.maximum(1, etp)
+        tmp16 = n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        tmp17 = h*shared_expert_gate + tmp16
+        tmp18 = xp.where(tmp12, xp.equal(tmp17, 0), xp.equal(tmp16, 0))
+        tmp19 = tmp10/(ep*t_exp)
+        tmp20 = xp.equal(zero2_exp, 1)
+        tmp21 = tmp19 + 1/xp.maximum(ep, t_exp)
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) + xp.where(xp.logical_and(tmp11, tmp18), 0, xp.where(xp.logical_and(tmp11, tmp12), tmp17*tmp19, xp.where(tmp11, tmp16*tmp19, 0))) + xp.where(xp.logical_and(tmp18, tmp20), 0, xp.where(xp.logical_and(tmp12, tmp20), tmp17*tmp21, xp.where(tmp20, tmp16*tmp21, 0)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
-            tmp1 = dh*n_kv
-            tmp2 = 0.5*n_attMM
-            tmp3 = 2*n_qknorm
-            tmp4 = h*o_bias
-            tmp5 = a*dh
-            tmp6 = h*tmp5
-            tmp7 = 0.25*n_attMM
-            tmp8 = attn_output_gate + 1
-            tmp9 = qkv_bias*tmp8
-            tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            inv0 = dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8)
-            tmp15 = n_kv/a
-            tmp16 = (h*h)
-            inv1 = tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv3 = h*shared_expert_gate
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_moe_zero_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "inv1", "tmp20", "tmp21", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3),
-        reals=8,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, inv1, tmp20, tmp21, inv2, inv3 in call.blocks():
-            # tmp11 = inv0/t -> r0
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+            tmp12 = numpy.not_equal(n_shared_exp, 0)
+            tmp13 = h*hff_exp*n_ffMM
+            tmp14 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+            inv2 = h*shared_expert_gate
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_moe_zero_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2"),
+            (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2),
+            reals=8,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2 in call.blocks():
+            # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp9 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp12 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp13 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp17 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m2
-            numpy.equal(zero3_exp, 1.0, out=m2)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m3
-            numpy.not_equal(n_shared_exp, 0.0, out=m3)
-            # tmp23 = inv2 + n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) +
-            #     tmp20/numpy.maximum(1, etp)) -> r2
+            # tmp10 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp11 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp15 = 1/numpy.maximum(1, etp) -> r2
             numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(tmp20, r2, out=r2)
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp21, r3, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv2, out=r2)
-            # tmp24 = inv3 + tmp23 -> r3
-            numpy.add(inv3, r2, out=r3)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m4
-            numpy.copyto(m4, numpy.where(m3, numpy.equal(r3, 0), numpy.equal(r2, 0)))
-            # tmp27 = 1/(cp*ep*t_exp) -> r4
-            numpy.multiply(cp, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # tmp28 = tmp24*tmp27 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            # tmp29 = tmp23*tmp27 -> r6
-            numpy.multiply(r2, r4, out=r6)
-            # tmp30 = numpy.equal(zero2_non_exp, 1) -> m5
-            numpy.equal(zero2_non_exp, 1.0, out=m5)
-            # tmp31 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # out = numpy.where(numpy.logical_and(tmp12, tmp13), tmp11, numpy.where(tmp12, tmp17,
-            #     0)) + numpy.where(numpy.logical_and(tmp13, tmp30), tmp11 + tmp11/cp,
-            #     numpy.where(tmp30, tmp17 + tmp17/cp, 0)) + numpy.where(numpy.logical_and(tmp18,
-            #     tmp25), 0, numpy.where(numpy.logical_and(tmp18, tmp19), tmp28, numpy.where(tmp18,
-            #     tmp29, 0))) + numpy.where(numpy.logical_and(tmp25, tmp31), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp31), tmp24/numpy.maximum(ep, t_exp) +
-            #     tmp28, numpy.where(tmp31, tmp23/numpy.maximum(ep, t_exp) + tmp29, 0)))
+            numpy.divide(1.0, r2, out=r2)
+            # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
+            numpy.multiply(tmp13, r2, out=r3)
+            numpy.multiply(tmp14, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp17 = inv2 + tmp16 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp19 = tmp10/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp20 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.maximum(ep, t_exp, out=r5)
+            numpy.divide(1.0, r5, out=r5)
+            numpy.add(r5, r4, out=r5)
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp11, tmp18), 0,
+            #     numpy.where(numpy.logical_and(tmp11, tmp12_mask), tmp17*tmp19, numpy.where(tmp11,
+            #     tmp16*tmp19, 0))) + numpy.where(numpy.logical_and(tmp18, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp12_mask, tmp20), tmp17*tmp21, numpy.where(tmp20,
+            #     tmp16*tmp21, 0)))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r0, where=m7)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r1, cp, out=r7)
-            numpy.add(r7, r1, out=r7)
-            numpy.copyto(r4, r7, where=m5)
-            numpy.logical_and(m1, m5, out=m7)
-            numpy.divide(r0, cp, out=r7)
-            numpy.add(r7, r0, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.copyto(r4, r6, where=m2)
-            numpy.logical_and(m2, m3, out=m7)
-            numpy.copyto(r4, r5, where=m7)
-            numpy.logical_and(m2, m4, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
-            numpy.copyto(r4, 0.0)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r2, r7, out=r7)
-            numpy.add(r7, r6, out=r7)
-            numpy.copyto(r4, r7, where=m6)
-            numpy.logical_and(m3, m6, out=m7)
-            numpy.maximum(ep, t_exp, out=r7)
-            numpy.divide(r3, r7, out=r7)
-            numpy.add(r7, r5, out=r7)
-            numpy.copyto(r4, r7, where=m7)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.copyto(r4, 0.0, where=m7)
-            numpy.add(out, r4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -8851,8 +8746,10 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
         tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -8880,15 +8777,13 @@ def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes
             tmp21 = n_attMM*(h + qkv_bias)
             inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
             inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -9095,8 +8990,10 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
         tmp23 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(tmp15 - 1)/tmp15 + tmp10*tmp4*(tmp8 - 1) + 0.5*(tmp13*tmp22*(tmp23 - 1)/tmp23) + 0.25*(tmp22*tmp3*(tmp17 - 1)) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(tmp12 - 1)/tmp12
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -9122,15 +9019,13 @@ def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output
             tmp20 = a*tmp19
             tmp21 = n_attMM*(h + qkv_bias)
             inv4 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp20) + layer_norms*tmp18*(norm_bias + 1) + n_exp*tmp18 + 2*n_kv*tmp19*tmp21 + 8*n_qknorm*tmp19 + tmp20*tmp21*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "stage_dp_unconverted_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_standard_moe_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -9311,8 +9206,10 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
         tmp12 = n_attMM*(h + qkv_bias)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp11) + layer_norms*tmp9*(norm_bias + 1) + n_exp*tmp9 + 2*n_kv*tmp10*tmp12 + 8*n_qknorm*tmp10 + tmp11*tmp12*(attn_output_gate + 1))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = h*hff_exp*n_ffMM
             tmp4 = hff_exp*(n_ffMM - 1)
@@ -9336,15 +9233,13 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
             inv1 = attn_extra_p + 0.25*(h*n_attMM*(o_bias + tmp11)) + 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_exp*tmp9) + 0.5*(n_kv*tmp10*tmp12) + 2*n_qknorm*tmp10 + 0.25*(tmp11*tmp12*(attn_output_gate + 1))
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_standard_moe_fsdp_layer",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_standard_moe_fsdp_layer",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
@@ -9494,128 +9389,84 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp9 = inv0/t -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp12)), tmp9, numpy.where(numpy.logical_and(tmp10,
-            #     tmp11), tmp14, numpy.where(numpy.logical_and(tmp10, tmp12), tmp16,
-            #     numpy.where(tmp10, tmp17, 0)))) + numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp,
-            #     numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0)))))
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -9697,124 +9548,81 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
+    # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_latent_dense_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
-        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-        (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp9 = inv0/t -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
+            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
+            (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = numpy.where(numpy.logical_and(tmp10, numpy.logical_and(tmp11, tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and(tmp10, tmp11), tmp14,
-            #     numpy.where(numpy.logical_and(tmp10, tmp12), tmp16, numpy.where(tmp10, tmp17,
-            #     0)))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12, tmp19)),
-            #     tmp9 + tmp9/cp, numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0))))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
     return call.out
 
 
@@ -9891,8 +9699,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
         tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - reshards
@@ -9908,15 +9718,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -10022,8 +9830,10 @@ def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p
         tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - reshards
@@ -10039,15 +9849,13 @@ def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -10143,8 +9951,10 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         tmp2 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*(tmp1 - 1)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
@@ -10154,15 +9964,13 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
             tmp2 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp2) + a*dh*h + dc_kv*n_kv*(dh + tmp2) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
-        (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+            (a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -10295,224 +10103,158 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 128 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = xp.equal(zero3_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/cp
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = 1/t
-        tmp11 = dc_kv*n_kv
-        tmp12 = a*dc_q
-        tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-        tmp15 = 0.25*tmp14
-        tmp16 = dh*n_qknorm
-        tmp17 = h*n_exp
-        tmp18 = h*layer_norms*(norm_bias + 1)
-        tmp19 = tmp17 + tmp18
-        tmp20 = 2*tmp16 + tmp19
-        tmp21 = xp.equal(zero3_non_exp, 1)
-        tmp22 = xp.not_equal(dh, 0)
-        tmp23 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-        tmp25 = 0.25*tmp24
-        tmp26 = h*n_qknorm/a
-        tmp27 = tmp19 + 2*tmp26
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp9 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp17 + 4*tmp18
-        tmp31 = 8*tmp16 + tmp30
-        tmp32 = 0.25*(tmp10*(tmp8 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp26 + tmp30
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/cp -> r2
-            numpy.divide(1.0, cp, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = 1/t -> r4
-            numpy.divide(1.0, t, out=r4)
-            # tmp21 = numpy.equal(zero3_non_exp, 1) -> m3
-            numpy.equal(zero3_non_exp, 1.0, out=m3)
-            # tmp22 = numpy.not_equal(dh, 0) -> m4
-            numpy.not_equal(dh, 0.0, out=m4)
-            # tmp23 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m5)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp9 + 1/numpy.maximum(ep, t_exp) -> r5
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3),
+            reals=8,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r3, out=r5)
-            # tmp32 = 0.25*(tmp10*(tmp8 + 1)) -> r6
-            numpy.add(1.0, r2, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp6*tmp9, numpy.where(tmp0, tmp5*tmp9,
-            #     0))) + numpy.where(numpy.logical_and(tmp28, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp28), tmp29*tmp6, numpy.where(tmp28,
-            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and(tmp21, numpy.logical_and(tmp22,
-            #     tmp23)), inv2*tmp10, numpy.where(numpy.logical_and(tmp21, tmp22), inv3*tmp10,
-            #     numpy.where(numpy.logical_and(tmp21, tmp23), inv4*tmp10, numpy.where(tmp21,
-            #     inv5*tmp10, 0)))) + numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp22, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp23, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0)))))
+            numpy.add(r5, r4, out=r5)
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0))))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r1, r3, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(r0, r3, out=r2)
-            numpy.copyto(out, r2, where=m8)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(r5, r1, out=r7)
-            numpy.copyto(r2, r7, where=m6)
-            numpy.logical_and(m1, m6, out=m8)
-            numpy.multiply(r5, r0, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m6, m2, out=m8)
-            numpy.copyto(r2, 0.0, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r4, out=r7)
-            numpy.copyto(r2, r7, where=m3)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(inv3, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.logical_and(m8, m5, out=m8)
-            numpy.multiply(inv2, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r2, r7, where=m7)
-            numpy.logical_and(m5, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m5, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv10, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -10616,221 +10358,155 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 124 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
+    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = xp.equal(zero3_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/cp
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = 1/t
-        tmp11 = dc_kv*n_kv
-        tmp12 = a*dc_q
-        tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-        tmp15 = 0.25*tmp14
-        tmp16 = dh*n_qknorm
-        tmp17 = h*n_exp
-        tmp18 = h*layer_norms*(norm_bias + 1)
-        tmp19 = tmp17 + tmp18
-        tmp20 = 2*tmp16 + tmp19
-        tmp21 = xp.equal(zero3_non_exp, 1)
-        tmp22 = xp.not_equal(dh, 0)
-        tmp23 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-        tmp25 = 0.25*tmp24
-        tmp26 = h*n_qknorm/a
-        tmp27 = tmp19 + 2*tmp26
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp9 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp17 + 4*tmp18
-        tmp31 = 8*tmp16 + tmp30
-        tmp32 = 0.25*(tmp10*(tmp8 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp26 + tmp30
-        out = xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp6*tmp9, xp.where(tmp0, tmp5*tmp9, 0))) + xp.where(xp.logical_and(tmp28, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp28), tmp29*tmp6, xp.where(tmp28, tmp29*tmp5, 0))) + xp.where(xp.logical_and(tmp21, xp.logical_and(tmp22, tmp23)), tmp10*(tmp15 + tmp20), xp.where(xp.logical_and(tmp21, tmp22), tmp10*(tmp20 + tmp25), xp.where(xp.logical_and(tmp21, tmp23), tmp10*(tmp15 + tmp27), xp.where(tmp21, tmp10*(tmp25 + tmp27), 0)))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp33)), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp22, tmp33), tmp32*(tmp24 + tmp31), xp.where(xp.logical_and(tmp23, tmp33), tmp32*(tmp14 + tmp34), xp.where(tmp33, tmp32*(tmp24 + tmp34), 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0)))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_latent_moe_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            tmp11 = dc_kv*n_kv
-            tmp12 = a*dc_q
-            tmp13 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp14 = n_attMM*(tmp11*(dh + qk_nope_head_dim) + tmp12*(dhr + qk_nope_head_dim) + tmp13)
-            tmp15 = 0.25*tmp14
-            tmp16 = dh*n_qknorm
-            tmp17 = h*n_exp
-            tmp18 = h*layer_norms*(norm_bias + 1)
-            tmp19 = tmp17 + tmp18
-            tmp20 = 2*tmp16 + tmp19
-            tmp24 = n_attMM*(2*dh*tmp11 + tmp12*(dh + dhr) + tmp13)
-            tmp25 = 0.25*tmp24
-            tmp26 = h*n_qknorm/a
-            tmp27 = tmp19 + 2*tmp26
-            tmp30 = 4*tmp17 + 4*tmp18
-            tmp31 = 8*tmp16 + tmp30
-            tmp34 = 8*tmp26 + tmp30
-            inv2 = tmp15 + tmp20
-            inv3 = tmp20 + tmp25
-            inv4 = tmp15 + tmp27
-            inv5 = tmp25 + tmp27
-            inv6 = tmp14 + tmp31
-            inv7 = tmp24 + tmp31
-            inv8 = tmp14 + tmp34
-            inv9 = tmp24 + tmp34
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
-        ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/cp -> r2
-            numpy.divide(1.0, cp, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = 1/t -> r4
-            numpy.divide(1.0, t, out=r4)
-            # tmp21 = numpy.equal(zero3_non_exp, 1) -> m3
-            numpy.equal(zero3_non_exp, 1.0, out=m3)
-            # tmp22 = numpy.not_equal(dh, 0) -> m4
-            numpy.not_equal(dh, 0.0, out=m4)
-            # tmp23 = numpy.not_equal(qk_nope_head_dim, 0) -> m5
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m5)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp9 + 1/numpy.maximum(ep, t_exp) -> r5
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
+            ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2"),
+            (a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2),
+            reals=8,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
+            numpy.multiply(ep, t_exp, out=r4)
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r3, out=r5)
-            # tmp32 = 0.25*(tmp10*(tmp8 + 1)) -> r6
-            numpy.add(1.0, r2, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp6*tmp9, numpy.where(tmp0, tmp5*tmp9,
-            #     0))) + numpy.where(numpy.logical_and(tmp28, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp28), tmp29*tmp6, numpy.where(tmp28,
-            #     tmp29*tmp5, 0))) + numpy.where(numpy.logical_and(tmp21, numpy.logical_and(tmp22,
-            #     tmp23)), inv2*tmp10, numpy.where(numpy.logical_and(tmp21, tmp22), inv3*tmp10,
-            #     numpy.where(numpy.logical_and(tmp21, tmp23), inv4*tmp10, numpy.where(tmp21,
-            #     inv5*tmp10, 0)))) + numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp22, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp23, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0))))
+            numpy.add(r5, r4, out=r5)
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0)))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r1, r3, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(r0, r3, out=r2)
-            numpy.copyto(out, r2, where=m8)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(r5, r1, out=r7)
-            numpy.copyto(r2, r7, where=m6)
-            numpy.logical_and(m1, m6, out=m8)
-            numpy.multiply(r5, r0, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m6, m2, out=m8)
-            numpy.copyto(r2, 0.0, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r4, out=r7)
-            numpy.copyto(r2, r7, where=m3)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(inv3, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.logical_and(m8, m5, out=m8)
-            numpy.multiply(inv2, r4, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r2, r7, where=m7)
-            numpy.logical_and(m5, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.logical_and(m4, m5, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r2, r7, where=m8)
-            numpy.add(out, r2, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.multiply(r2, r5, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -10942,8 +10618,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -10965,15 +10643,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -11174,8 +10850,10 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -11195,15 +10873,13 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             inv3 = 1 - shard_spans_cp
             tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -11380,8 +11056,10 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         tmp10 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = h*hff_exp*n_ffMM
             tmp4 = hff_exp*(n_ffMM - 1)
@@ -11401,15 +11079,13 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
             inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)
@@ -11556,128 +11232,84 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
+    # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp9 = inv0/t -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp12)), tmp9, numpy.where(numpy.logical_and(tmp10,
-            #     tmp11), tmp14, numpy.where(numpy.logical_and(tmp10, tmp12), tmp16,
-            #     numpy.where(tmp10, tmp17, 0)))) + numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp,
-            #     numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0)))))
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -11755,124 +11387,81 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
+    # ops: 56 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = 0.25*n_attMM
-        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp6 = 2*dh
-        tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = n_qknorm*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t
-        tmp10 = xp.equal(zero3_non_exp, 1)
-        tmp11 = xp.not_equal(dh, 0)
-        tmp12 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t
-        tmp15 = tmp7 + 2*h*n_qknorm/a
-        tmp16 = (tmp15 + tmp5)/t
-        tmp17 = (tmp13 + tmp15)/t
-        tmp19 = xp.equal(zero2_non_exp, 1)
-        out = xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp12)), tmp9, xp.where(xp.logical_and(tmp10, tmp11), tmp14, xp.where(xp.logical_and(tmp10, tmp12), tmp16, xp.where(tmp10, tmp17, 0)))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp19)), tmp9 + tmp9/cp, xp.where(xp.logical_and(tmp11, tmp19), tmp14 + tmp14/cp, xp.where(xp.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, xp.where(tmp19, tmp17 + tmp17/cp, 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_direct_dense_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = n_qknorm*tmp6 + tmp7
-            inv0 = tmp5 + tmp8
-            tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            inv1 = tmp13 + tmp8
-            tmp15 = tmp7 + 2*h*n_qknorm/a
-            inv2 = tmp15 + tmp5
-            inv3 = tmp13 + tmp15
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
-        ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3"),
-        (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp9 = inv0/t -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
+            ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
+            (a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
+            # tmp12 = inv0/t -> r0
             numpy.divide(inv0, t, out=r0)
-            # tmp10 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp11 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp12 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp14 = inv1/t -> r1
-            numpy.divide(inv1, t, out=r1)
-            # tmp16 = inv2/t -> r2
-            numpy.divide(inv2, t, out=r2)
-            # tmp17 = inv3/t -> r3
-            numpy.divide(inv3, t, out=r3)
-            # tmp19 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = numpy.where(numpy.logical_and(tmp10, numpy.logical_and(tmp11, tmp12)), tmp9,
-            #     numpy.where(numpy.logical_and(tmp10, tmp11), tmp14,
-            #     numpy.where(numpy.logical_and(tmp10, tmp12), tmp16, numpy.where(tmp10, tmp17,
-            #     0)))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12, tmp19)),
-            #     tmp9 + tmp9/cp, numpy.where(numpy.logical_and(tmp11, tmp19), tmp14 + tmp14/cp,
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), tmp16 + tmp16/cp, numpy.where(tmp19,
-            #     tmp17 + tmp17/cp, 0))))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r3, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.copyto(out, r1, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.divide(r3, cp, out=r5)
-            numpy.add(r5, r3, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.divide(r2, cp, out=r5)
-            numpy.add(r5, r2, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.divide(r1, cp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.divide(r0, cp, out=r5)
-            numpy.add(r5, r0, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.add(out, r4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
     return call.out
 
 
@@ -11949,8 +11538,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -11968,15 +11559,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -12082,8 +11671,10 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*((2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12101,15 +11692,13 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
             inv4 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -12204,8 +11793,10 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
         tmp3 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*(tmp1 - 1)*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = a*h
             tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -12217,15 +11808,13 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
             tmp3 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*(h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp3) + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp3))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
-        (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
+            (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
             # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
             numpy.multiply(cp, d, out=r0)
@@ -12354,224 +11943,158 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 124 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
+    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = 1/t
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp22 = 1/xp.maximum(1, etp)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp26 = 1/cp
-        tmp27 = tmp26/(ep*t_exp)
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp27 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp7 + 4*tmp8
-        tmp31 = tmp30 + 8*tmp6
-        tmp32 = 0.25*(tmp0*(tmp26 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp16 + tmp30
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
-            inv10 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp0 = 1/t -> r0
-            numpy.divide(1.0, t, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m3
-            numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m4
-            numpy.not_equal(n_shared_exp, 0.0, out=m4)
-            # tmp22 = 1/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp23 = inv0 + n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) -> r2
-            numpy.multiply(tmp20, r1, out=r2)
-            numpy.multiply(tmp21, r1, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv0, out=r2)
-            # tmp24 = inv1 + tmp23 -> r1
-            numpy.add(inv1, r2, out=r1)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m5
-            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r2, 0)))
-            # tmp26 = 1/cp -> r3
-            numpy.divide(1.0, cp, out=r3)
-            # tmp27 = tmp26/(ep*t_exp) -> r4
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3),
+            reals=8,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
             numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r3, r4, out=r4)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp27 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
             numpy.add(r5, r4, out=r5)
-            # tmp32 = 0.25*(tmp0*(tmp26 + 1)) -> r6
-            numpy.add(1.0, r3, out=r6)
-            numpy.multiply(r6, r0, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = inv10*score_factor_dp*(numpy.where(numpy.logical_and(tmp18, tmp25), 0,
-            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp24*tmp27, numpy.where(tmp18,
-            #     tmp23*tmp27, 0))) + numpy.where(numpy.logical_and(tmp25, tmp28), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp28), tmp24*tmp29, numpy.where(tmp28,
-            #     tmp23*tmp29, 0))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12,
-            #     tmp13)), inv2*tmp0, numpy.where(numpy.logical_and(tmp11, tmp12), inv3*tmp0,
-            #     numpy.where(numpy.logical_and(tmp11, tmp13), inv4*tmp0, numpy.where(tmp11,
-            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12, numpy.logical_and(tmp13,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp12, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp13, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0)))))
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0))))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r2, r4, out=r3)
-            numpy.copyto(out, r3, where=m3)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(r1, r4, out=r3)
-            numpy.copyto(out, r3, where=m8)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r3, 0.0)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r3, r7, where=m6)
-            numpy.logical_and(m4, m6, out=m8)
-            numpy.multiply(r1, r5, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m5, m6, out=m8)
-            numpy.copyto(r3, 0.0, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv5, r0, out=r7)
-            numpy.copyto(r3, r7, where=m0)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.multiply(inv4, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(inv3, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.logical_and(m8, m2, out=m8)
-            numpy.multiply(inv2, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r3, r7, where=m7)
-            numpy.logical_and(m2, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m2, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(out, inv10, out=out)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -12671,221 +12194,155 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
+    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp) = _runtime.floats(xp, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-        tmp0 = 1/t
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = xp.equal(zero3_exp, 1)
-        tmp19 = xp.not_equal(n_shared_exp, 0)
-        tmp20 = h*hff_exp*n_ffMM
-        tmp21 = hff_exp*(n_ffMM - 1)
-        tmp22 = 1/xp.maximum(1, etp)
-        tmp23 = n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-        tmp24 = h*shared_expert_gate + tmp23
-        tmp25 = xp.where(tmp19, xp.equal(tmp24, 0), xp.equal(tmp23, 0))
-        tmp26 = 1/cp
-        tmp27 = tmp26/(ep*t_exp)
-        tmp28 = xp.equal(zero2_exp, 1)
-        tmp29 = tmp27 + 1/xp.maximum(ep, t_exp)
-        tmp30 = 4*tmp7 + 4*tmp8
-        tmp31 = tmp30 + 8*tmp6
-        tmp32 = 0.25*(tmp0*(tmp26 + 1))
-        tmp33 = xp.equal(zero2_non_exp, 1)
-        tmp34 = 8*tmp16 + tmp30
-        out = xp.where(xp.logical_and(tmp18, tmp25), 0, xp.where(xp.logical_and(tmp18, tmp19), tmp24*tmp27, xp.where(tmp18, tmp23*tmp27, 0))) + xp.where(xp.logical_and(tmp25, tmp28), 0, xp.where(xp.logical_and(tmp19, tmp28), tmp24*tmp29, xp.where(tmp28, tmp23*tmp29, 0))) + xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), tmp0*(tmp17 + tmp5), xp.where(tmp11, tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp33)), tmp32*(tmp31 + tmp4), xp.where(xp.logical_and(tmp12, tmp33), tmp32*(tmp14 + tmp31), xp.where(xp.logical_and(tmp13, tmp33), tmp32*(tmp34 + tmp4), xp.where(tmp33, tmp32*(tmp14 + tmp34), 0))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), tmp4 + tmp7, xp.where(tmp8, tmp10 + tmp7, xp.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))/t
+        tmp13 = 1/cp
+        tmp14 = xp.equal(zero3_exp, 1)
+        tmp15 = xp.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        tmp18 = 1/xp.maximum(1, etp)
+        tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        tmp20 = h*shared_expert_gate + tmp19
+        tmp21 = xp.where(tmp15, xp.equal(tmp20, 0), xp.equal(tmp19, 0))
+        tmp22 = tmp13/(ep*t_exp)
+        tmp23 = xp.equal(zero2_exp, 1)
+        tmp24 = tmp22 + 1/xp.maximum(ep, t_exp)
+        out = xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) + xp.where(xp.logical_and(tmp14, tmp21), 0, xp.where(xp.logical_and(tmp14, tmp15), tmp20*tmp22, xp.where(tmp14, tmp19*tmp22, 0))) + xp.where(xp.logical_and(tmp21, tmp23), 0, xp.where(xp.logical_and(tmp15, tmp23), tmp20*tmp24, xp.where(tmp23, tmp19*tmp24, 0)))
         return _runtime.broadcast(xp, out, (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_direct_moe_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp20 = h*hff_exp*n_ffMM
-            tmp21 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-            inv1 = h*shared_expert_gate
-            tmp30 = 4*tmp7 + 4*tmp8
-            tmp31 = tmp30 + 8*tmp6
-            tmp34 = 8*tmp16 + tmp30
-            inv2 = tmp10 + tmp5
-            inv3 = tmp10 + tmp15
-            inv4 = tmp17 + tmp5
-            inv5 = tmp15 + tmp17
-            inv6 = tmp31 + tmp4
-            inv7 = tmp14 + tmp31
-            inv8 = tmp34 + tmp4
-            inv9 = tmp14 + tmp34
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
-        ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "tmp20", "tmp21", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
-        (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-        reals=8,
-        masks=9,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, m5, m6, m7, m8, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, tmp20, tmp21, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp0 = 1/t -> r0
-            numpy.divide(1.0, t, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp18 = numpy.equal(zero3_exp, 1) -> m3
-            numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp19 = numpy.not_equal(n_shared_exp, 0) -> m4
-            numpy.not_equal(n_shared_exp, 0.0, out=m4)
-            # tmp22 = 1/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp23 = inv0 + n_exp*(mlp_bias*(h + tmp21*tmp22) + tmp20*tmp22) -> r2
-            numpy.multiply(tmp20, r1, out=r2)
-            numpy.multiply(tmp21, r1, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv0, out=r2)
-            # tmp24 = inv1 + tmp23 -> r1
-            numpy.add(inv1, r2, out=r1)
-            # tmp25 = numpy.where(tmp19, numpy.equal(tmp24, 0), numpy.equal(tmp23, 0)) -> m5
-            numpy.copyto(m5, numpy.where(m4, numpy.equal(r1, 0), numpy.equal(r2, 0)))
-            # tmp26 = 1/cp -> r3
-            numpy.divide(1.0, cp, out=r3)
-            # tmp27 = tmp26/(ep*t_exp) -> r4
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+            tmp15 = numpy.not_equal(n_shared_exp, 0)
+            tmp16 = h*hff_exp*n_ffMM
+            tmp17 = hff_exp*(n_ffMM - 1)
+            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+            inv2 = h*shared_expert_gate
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
+            ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2"),
+            (a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2),
+            reals=8,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2 in call.blocks():
+            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp12 = inv0/t -> r0
+            numpy.divide(inv0, t, out=r0)
+            # tmp13 = 1/cp -> r1
+            numpy.divide(1.0, cp, out=r1)
+            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
+            # tmp18 = 1/numpy.maximum(1, etp) -> r2
+            numpy.maximum(1.0, etp, out=r2)
+            numpy.divide(1.0, r2, out=r2)
+            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+            numpy.multiply(tmp16, r2, out=r3)
+            numpy.multiply(tmp17, r2, out=r4)
+            numpy.add(r4, h, out=r4)
+            numpy.multiply(r4, mlp_bias, out=r4)
+            numpy.add(r3, r4, out=r3)
+            numpy.multiply(r3, n_exp, out=r3)
+            numpy.add(r3, inv1, out=r3)
+            # tmp20 = inv2 + tmp19 -> r2
+            numpy.add(inv2, r3, out=r2)
+            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+            # tmp22 = tmp13/(ep*t_exp) -> r4
             numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r3, r4, out=r4)
-            # tmp28 = numpy.equal(zero2_exp, 1) -> m6
-            numpy.equal(zero2_exp, 1.0, out=m6)
-            # tmp29 = tmp27 + 1/numpy.maximum(ep, t_exp) -> r5
+            numpy.divide(r1, r4, out=r4)
+            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+            numpy.equal(zero2_exp, 1.0, out=m3)
+            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
             numpy.maximum(ep, t_exp, out=r5)
             numpy.divide(1.0, r5, out=r5)
             numpy.add(r5, r4, out=r5)
-            # tmp32 = 0.25*(tmp0*(tmp26 + 1)) -> r6
-            numpy.add(1.0, r3, out=r6)
-            numpy.multiply(r6, r0, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            # tmp33 = numpy.equal(zero2_non_exp, 1) -> m7
-            numpy.equal(zero2_non_exp, 1.0, out=m7)
-            # out = numpy.where(numpy.logical_and(tmp18, tmp25), 0,
-            #     numpy.where(numpy.logical_and(tmp18, tmp19), tmp24*tmp27, numpy.where(tmp18,
-            #     tmp23*tmp27, 0))) + numpy.where(numpy.logical_and(tmp25, tmp28), 0,
-            #     numpy.where(numpy.logical_and(tmp19, tmp28), tmp24*tmp29, numpy.where(tmp28,
-            #     tmp23*tmp29, 0))) + numpy.where(numpy.logical_and(tmp11, numpy.logical_and(tmp12,
-            #     tmp13)), inv2*tmp0, numpy.where(numpy.logical_and(tmp11, tmp12), inv3*tmp0,
-            #     numpy.where(numpy.logical_and(tmp11, tmp13), inv4*tmp0, numpy.where(tmp11,
-            #     inv5*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12, numpy.logical_and(tmp13,
-            #     tmp33)), inv6*tmp32, numpy.where(numpy.logical_and(tmp12, tmp33), inv7*tmp32,
-            #     numpy.where(numpy.logical_and(tmp13, tmp33), inv8*tmp32, numpy.where(tmp33,
-            #     inv9*tmp32, 0))))
+            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
+            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
+            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
+            #     tmp19*tmp24, 0)))
             numpy.copyto(out, 0.0)
-            numpy.multiply(r2, r4, out=r3)
-            numpy.copyto(out, r3, where=m3)
-            numpy.logical_and(m3, m4, out=m8)
-            numpy.multiply(r1, r4, out=r3)
-            numpy.copyto(out, r3, where=m8)
-            numpy.logical_and(m3, m5, out=m8)
-            numpy.copyto(out, 0.0, where=m8)
-            numpy.copyto(r3, 0.0)
+            numpy.equal(zero3_non_exp, 1.0, out=m4)
+            numpy.copyto(out, r0, where=m4)
+            numpy.copyto(r6, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.add(1.0, r1, out=r7)
+            numpy.multiply(r7, r0, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r4, out=r7)
+            numpy.copyto(r6, r7, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.multiply(r2, r4, out=r7)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
+            numpy.copyto(r6, 0.0)
+            numpy.multiply(r3, r5, out=r7)
+            numpy.copyto(r6, r7, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r3, r7, where=m6)
-            numpy.logical_and(m4, m6, out=m8)
-            numpy.multiply(r1, r5, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m5, m6, out=m8)
-            numpy.copyto(r3, 0.0, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv5, r0, out=r7)
-            numpy.copyto(r3, r7, where=m0)
-            numpy.logical_and(m0, m2, out=m8)
-            numpy.multiply(inv4, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.multiply(inv3, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m0, m1, out=m8)
-            numpy.logical_and(m8, m2, out=m8)
-            numpy.multiply(inv2, r0, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.multiply(inv9, r6, out=r7)
-            numpy.copyto(r3, r7, where=m7)
-            numpy.logical_and(m2, m7, out=m8)
-            numpy.multiply(inv8, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m7, out=m8)
-            numpy.multiply(inv7, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.logical_and(m1, m2, out=m8)
-            numpy.logical_and(m8, m7, out=m8)
-            numpy.multiply(inv6, r6, out=r7)
-            numpy.copyto(r3, r7, where=m8)
-            numpy.add(out, r3, out=out)
+            numpy.copyto(r6, r7, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r6, 0.0, where=m4)
+            numpy.add(out, r6, out=out)
     return call.out
 
 
@@ -12996,8 +12453,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -13021,15 +12480,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -13229,8 +12686,10 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 + tmp20*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 2*reshards
@@ -13252,15 +12711,13 @@ def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             tmp18 = a*h
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-    call = _runtime.Call(
-        "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
+            ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -13437,8 +12894,10 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
         tmp11 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 2*bytes_grad*((tmp2 - 1)*(n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + xp.where(xp.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0))/(t_exp*tmp2*xp.maximum(1, shard_p_os_exp_partial/t_exp)) + 0.25*((tmp8 - 1)*(layer_norms*tmp9*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11)) + n_exp*tmp9 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))/(t*tmp8*xp.maximum(1, shard_p_os_non_exp_partial/t))) + n_exp*(tmp5 - 1)*(mlp_bias*(h + tmp4/xp.maximum(1, etp)) + tmp3/xp.maximum(1, etp))/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp3 = h*hff_exp*n_ffMM
             tmp4 = hff_exp*(n_ffMM - 1)
@@ -13460,15 +12919,13 @@ def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
             inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv2 = 1 - shard_spans_cp
             inv3 = 2*bytes_grad
-    call = _runtime.Call(
-        "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",
-        ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",
+            ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = cp*d -> r0
             numpy.multiply(cp, d, out=r0)

@@ -1172,8 +1172,10 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, -2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/((cp*cp)*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
@@ -1181,15 +1183,13 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_cp",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_cp",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
@@ -1254,8 +1254,10 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(1 - (ep - 1)/ep)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1263,15 +1265,13 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_ep",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_ep",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
@@ -1335,8 +1335,10 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
         (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1344,15 +1346,13 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_b",
-        ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_b",
+            ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1413,8 +1413,10 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
@@ -1422,15 +1424,13 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_layer__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
-    call = _runtime.Call(
-        "stage_ep_balanced_layer__d_s",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_layer__d_s",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1493,8 +1493,10 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, -2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/((cp*cp)*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
@@ -1502,15 +1504,13 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_cp",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_cp",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
@@ -1575,8 +1575,10 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(1 - (ep - 1)/ep)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1584,15 +1586,13 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_ep",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_ep",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
@@ -1656,8 +1656,10 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
         (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
@@ -1665,15 +1667,13 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
             (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp*s
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_b",
-        ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_b",
+            ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1734,8 +1734,10 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
         (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale) = _runtime.floats(xp, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep))*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
@@ -1743,15 +1745,13 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
             (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_full_again__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h*n_chosen_exp
-    call = _runtime.Call(
-        "stage_ep_balanced_full_again__d_s",
-        ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
-        (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_balanced_full_again__d_s",
+            ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
+            (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
@@ -1812,8 +1812,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, le
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -1821,15 +1823,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, le
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_t", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1888,8 +1888,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, l
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1897,15 +1899,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, l
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -1964,8 +1964,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -1973,15 +1975,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_b", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2037,8 +2037,10 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, le
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -2046,15 +2048,13 @@ def stage_cp_colossalai_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, le
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_softmax_layer__d_s", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2112,8 +2112,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -2123,15 +2125,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2190,8 +2190,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2201,15 +2203,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2268,8 +2268,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, 
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2279,15 +2281,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2343,8 +2343,10 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -2354,15 +2356,13 @@ def stage_cp_colossalai_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2421,8 +2421,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute,
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -2432,15 +2434,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2501,8 +2501,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2512,15 +2514,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2580,8 +2580,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp
         (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -2591,15 +2593,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2656,8 +2656,10 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute,
         (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -2667,15 +2669,13 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -2766,128 +2766,76 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 59 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dh*n_qknorm
-        tmp2 = a*dh
-        tmp3 = h*n_attMM
-        tmp4 = tmp3*(o_bias + tmp2)
-        tmp5 = h + qkv_bias
-        tmp6 = n_kv*tmp5
-        tmp7 = 0.5*tmp6
-        tmp8 = dh*n_attMM
-        tmp9 = tmp5*(attn_output_gate + 1)
-        tmp10 = n_attMM*tmp2*tmp9
-        tmp11 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp12 = h*layer_norms*(norm_bias + 1)
-        tmp13 = attn_extra_p + tmp11 + tmp12
-        tmp14 = xp.equal(zero3_non_exp, 1)
-        tmp15 = xp.not_equal(dh, 0)
-        tmp17 = 2/a
-        tmp18 = h*n_qknorm
-        tmp19 = tmp3*(h + o_bias)
-        tmp20 = tmp3*tmp9
-        tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-        tmp22 = 0.25*(tmp0*(1 + 1/cp))
-        tmp23 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp14, tmp15), -tmp0*(2*tmp1 + 0.25*tmp10 + tmp13 + 0.25*tmp4 + tmp7*tmp8), xp.where(tmp14, -tmp0*(tmp13 + tmp17*tmp18 + 0.25*tmp19 + 0.25*tmp20 + tmp3*tmp7/a), 0)) + xp.where(xp.logical_and(tmp15, tmp23), -tmp22*(8*tmp1 + tmp10 + tmp21 + tmp4 + 2*tmp6*tmp8), xp.where(tmp23, -tmp22*(tmp17*tmp3*tmp6 + tmp19 + tmp20 + tmp21 + 8*tmp18/a), 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_dense_zero_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_standard_dense_zero_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp9 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp14 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp15 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp22 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp23 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp14, tmp15), inv0*tmp0,
-            #     numpy.where(tmp14, inv1*tmp0, 0)) + numpy.where(numpy.logical_and(tmp15, tmp23),
-            #     inv2*tmp22, numpy.where(tmp23, inv3*tmp22, 0)))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -2945,7 +2893,7 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 58 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
+    # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2958,13 +2906,13 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         tmp5 = 0.5*(n_attMM*n_kv*tmp4)
         tmp6 = tmp4*(attn_output_gate + 1)
         tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = 1/((cp*cp)*t)
-        tmp9 = xp.equal(zero2_non_exp, 1)
-        tmp10 = h/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp9, xp.not_equal(dh, 0)), -tmp8*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp9, -tmp8*(tmp0*tmp10 + tmp10*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0))
+        tmp8 = h/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.equal(zero2_non_exp, 1), xp.where(xp.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)/((cp*cp)*t), 0)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = 2*n_qknorm
             tmp1 = a*dh
@@ -2974,10 +2922,9 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             tmp5 = 0.5*(n_attMM*n_kv*tmp4)
             tmp6 = tmp4*(attn_output_gate + 1)
             tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp10 = h/a
-            inv0 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv1 = -tmp0*tmp10 - tmp10*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
             tmp0 = 2*n_qknorm
@@ -2988,36 +2935,26 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             tmp5 = 0.5*(n_attMM*n_kv*tmp4)
             tmp6 = tmp4*(attn_output_gate + 1)
             tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp10 = h/a
-            inv0 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv1 = -tmp0*tmp10 - tmp10*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_dense_zero_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2 in call.blocks():
-            # tmp8 = 1/((cp*cp)*t) -> r0
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_standard_dense_zero_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
+        for out, r0, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
+            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
+            #     inv0/((cp*cp)*t), 0)
+            numpy.copyto(out, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # out = inv2*score_factor_dp*numpy.where(numpy.logical_and(tmp9, numpy.not_equal(dh,
-            #     0)), inv0*tmp8, numpy.where(tmp9, inv1*tmp8, 0))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(inv1, r0, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.not_equal(dh, 0.0, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.copyto(out, r1, where=m1)
-            numpy.multiply(out, inv2, out=out)
+            numpy.divide(inv0, r0, out=r0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -3058,8 +2995,10 @@ def stage_cp_colossalai_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3067,15 +3006,13 @@ def stage_cp_colossalai_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mha_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3128,8 +3065,10 @@ def stage_cp_colossalai_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3139,15 +3078,13 @@ def stage_cp_colossalai_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3202,8 +3139,10 @@ def stage_cp_colossalai_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -3213,15 +3152,13 @@ def stage_cp_colossalai_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mha_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mha_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3275,8 +3212,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, level_
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -3284,15 +3223,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_t(*, b, bytes_compute, cp, h, level_
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_t", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3351,8 +3288,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, level
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3360,15 +3299,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_cp(*, b, bytes_compute, cp, h, level
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3427,8 +3364,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level_bou
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3436,15 +3375,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_b(*, bytes_compute, cp, h, level_bou
             (bytes_compute, h, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_b", ("bytes_compute", "h", "level_bound_0", "s"), (bytes_compute, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3500,8 +3437,10 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, level_
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -3509,15 +3448,13 @@ def stage_cp_hybrid_cp_mha_softmax_layer__d_s(*, b, bytes_compute, cp, h, level_
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_softmax_layer__d_s", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3575,8 +3512,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, h, l
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -3586,15 +3525,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_t(*, b, bytes_compute, cp, h, l
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3653,8 +3590,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp, h, 
         (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3664,15 +3603,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_cp(*, b, bytes_compute, cp, h, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3731,8 +3668,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, leve
         (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3742,15 +3681,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_b(*, bytes_compute, cp, h, leve
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3806,8 +3743,10 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, h, l
         (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -3817,15 +3756,13 @@ def stage_cp_hybrid_cp_mha_softmax_full_again__d_s(*, b, bytes_compute, cp, h, l
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3884,8 +3821,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*h*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
@@ -3895,15 +3834,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -3964,8 +3901,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -3975,15 +3914,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4043,8 +3980,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp, ga
         (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*h*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
@@ -4054,15 +3993,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_b(*, bytes_compute, cp, ga
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4119,8 +4056,10 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*h*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
@@ -4130,15 +4069,13 @@ def stage_cp_hybrid_cp_mha_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*h
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4195,8 +4132,10 @@ def stage_cp_hybrid_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4204,15 +4143,13 @@ def stage_cp_hybrid_cp_mha_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mha_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4265,8 +4202,10 @@ def stage_cp_hybrid_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4276,15 +4215,13 @@ def stage_cp_hybrid_cp_mha_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4339,8 +4276,10 @@ def stage_cp_hybrid_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -4350,15 +4289,13 @@ def stage_cp_hybrid_cp_mha_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mha_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mha_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4415,8 +4352,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4424,15 +4363,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4496,8 +4433,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4505,15 +4444,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4577,8 +4514,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4586,15 +4525,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4654,8 +4591,10 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4663,15 +4602,13 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4733,8 +4670,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4744,15 +4683,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4816,8 +4753,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4827,15 +4766,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4899,8 +4836,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4910,15 +4849,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -4978,8 +4915,10 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -4989,15 +4928,13 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5060,8 +4997,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5071,15 +5010,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5144,8 +5081,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5155,15 +5094,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5228,8 +5165,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5239,15 +5178,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5308,8 +5245,10 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5319,15 +5258,13 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5389,8 +5326,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5398,15 +5337,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5470,8 +5407,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5479,15 +5418,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5551,8 +5488,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5560,15 +5499,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5628,8 +5565,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5637,15 +5576,13 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mha_linear_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5707,8 +5644,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5718,15 +5657,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5790,8 +5727,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5801,15 +5740,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5873,8 +5810,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5884,15 +5823,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -5952,8 +5889,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -5963,15 +5902,13 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6034,8 +5971,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6045,15 +5984,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6118,8 +6055,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6129,15 +6068,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6202,8 +6139,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6213,15 +6152,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6282,8 +6219,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + h)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
@@ -6293,15 +6232,13 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mha_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mha_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6363,8 +6300,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6372,15 +6311,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6443,8 +6380,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6452,15 +6391,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6522,8 +6459,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6531,15 +6470,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6598,8 +6535,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6607,15 +6546,13 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
             (a, bytes_compute, dh, level_bound_0, n_kv) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), (a, bytes_compute, dh, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6676,8 +6613,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6687,15 +6626,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6758,8 +6695,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6769,15 +6708,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6839,8 +6776,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6850,15 +6789,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6917,8 +6854,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -6928,15 +6867,13 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -6998,8 +6935,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7009,15 +6948,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7081,8 +7018,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7092,15 +7031,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7163,8 +7100,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
         (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7174,15 +7113,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7242,8 +7179,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7253,15 +7192,13 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7318,8 +7255,10 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -7327,15 +7266,13 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_gqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7388,8 +7325,10 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -7399,15 +7338,13 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7462,8 +7399,10 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -7473,15 +7412,13 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_gqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_gqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7538,8 +7475,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, le
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7547,15 +7486,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, le
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7618,8 +7555,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, l
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7627,15 +7566,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, l
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7697,8 +7634,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, level
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7706,15 +7645,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, level
             (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7773,8 +7710,10 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, le
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7782,15 +7721,13 @@ def stage_cp_hybrid_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, le
             (a, bytes_compute, dh, level_bound_0, n_kv) = _runtime.reals("stage_cp_hybrid_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), (a, bytes_compute, dh, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7851,8 +7788,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7862,15 +7801,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -7933,8 +7870,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -7944,15 +7883,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8014,8 +7951,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8025,15 +7964,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8092,8 +8029,10 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8103,15 +8042,13 @@ def stage_cp_hybrid_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8173,8 +8110,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8184,15 +8123,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8256,8 +8193,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8267,15 +8206,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8338,8 +8275,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8349,15 +8288,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8417,8 +8354,10 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
@@ -8428,15 +8367,13 @@ def stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8493,8 +8430,10 @@ def stage_cp_hybrid_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -8502,15 +8441,13 @@ def stage_cp_hybrid_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_gqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8563,8 +8500,10 @@ def stage_cp_hybrid_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -8574,15 +8513,13 @@ def stage_cp_hybrid_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8637,8 +8574,10 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -8648,15 +8587,13 @@ def stage_cp_hybrid_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_gqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_gqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8714,8 +8651,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8723,15 +8662,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8797,8 +8734,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8806,15 +8745,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8879,8 +8816,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8888,15 +8827,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -8957,8 +8894,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -8966,15 +8905,13 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, n_kv) = _runtime.reals("stage_cp_ulysses_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv"), (a, bytes_compute, dh, h, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9037,8 +8974,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9048,15 +8987,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9122,8 +9059,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9133,15 +9072,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9206,8 +9143,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9217,15 +9156,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9286,8 +9223,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9297,15 +9236,13 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9370,8 +9307,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9381,15 +9320,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9456,8 +9393,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9467,15 +9406,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9541,8 +9478,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9552,15 +9491,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9622,8 +9559,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9633,15 +9572,13 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9704,8 +9641,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9713,15 +9652,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9787,8 +9724,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9796,15 +9735,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9869,8 +9806,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9878,15 +9817,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -9947,8 +9884,10 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -9956,15 +9895,13 @@ def stage_cp_ulysses_cp_gqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, n_kv) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv"), (a, bytes_compute, dh, h, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10027,8 +9964,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10038,15 +9977,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10112,8 +10049,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10123,15 +10062,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10196,8 +10133,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10207,15 +10146,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10276,8 +10213,10 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10287,15 +10226,13 @@ def stage_cp_ulysses_cp_gqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10360,8 +10297,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10371,15 +10310,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10446,8 +10383,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10457,15 +10396,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10531,8 +10468,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10542,15 +10481,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10612,8 +10549,10 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh*xp.where(xp.greater(n_kv, 0), xp.minimum(a, n_kv), a))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
@@ -10623,15 +10562,13 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_gqa_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_gqa_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10690,8 +10627,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, l
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -10699,15 +10638,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, l
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_t", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10766,8 +10703,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -10775,15 +10714,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_cp", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10842,8 +10779,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, leve
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -10851,15 +10790,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, leve
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_b", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10915,8 +10852,10 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, l
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -10924,15 +10863,13 @@ def stage_cp_colossalai_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, l
             (bytes_compute, dh, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_softmax_layer__d_s", ("bytes_compute", "dh", "level_bound_0"), (bytes_compute, dh, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -10990,8 +10927,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -11001,15 +10940,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11068,8 +11005,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11079,15 +11018,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11146,8 +11083,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh,
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11157,15 +11096,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11221,8 +11158,10 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -11232,15 +11171,13 @@ def stage_cp_colossalai_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11299,8 +11236,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -11310,15 +11249,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11379,8 +11316,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11390,15 +11329,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11458,8 +11395,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp
         (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11469,15 +11408,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11534,8 +11471,10 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -11545,15 +11484,13 @@ def stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11610,8 +11547,10 @@ def stage_cp_colossalai_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -11619,15 +11558,13 @@ def stage_cp_colossalai_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11680,8 +11617,10 @@ def stage_cp_colossalai_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -11691,15 +11630,13 @@ def stage_cp_colossalai_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11754,8 +11691,10 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -11765,15 +11704,13 @@ def stage_cp_colossalai_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11827,8 +11764,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -11836,15 +11775,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_t", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11903,8 +11840,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11912,15 +11851,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_cp", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -11979,8 +11916,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -11988,15 +11927,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
             (bytes_compute, dh, level_bound_0, s) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_b", ("bytes_compute", "dh", "level_bound_0", "s"), (bytes_compute, dh, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12052,8 +11989,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -12061,15 +12000,13 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
             (bytes_compute, dh, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_softmax_layer__d_s", ("bytes_compute", "dh", "level_bound_0"), (bytes_compute, dh, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12127,8 +12064,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -12138,15 +12077,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12205,8 +12142,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
         (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12216,15 +12155,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12283,8 +12220,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
         (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12294,15 +12233,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12358,8 +12295,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -12369,15 +12308,13 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12436,8 +12373,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*dh*s*(cp - 1)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
@@ -12447,15 +12386,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12516,8 +12453,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*s*(1 - (cp - 1)/cp)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12527,15 +12466,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12595,8 +12532,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
         (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*dh*s*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
@@ -12606,15 +12545,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh*s
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12671,8 +12608,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*dh*(cp - 1)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
@@ -12682,15 +12621,13 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*dh
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12747,8 +12684,10 @@ def stage_cp_hybrid_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -12756,15 +12695,13 @@ def stage_cp_hybrid_cp_mqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mqa_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12817,8 +12754,10 @@ def stage_cp_hybrid_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -12828,15 +12767,13 @@ def stage_cp_hybrid_cp_mqa_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12891,8 +12828,10 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -12902,15 +12841,13 @@ def stage_cp_hybrid_cp_mqa_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mqa_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mqa_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -12967,8 +12904,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -12976,15 +12915,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13048,8 +12985,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13057,15 +12996,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13129,8 +13066,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13138,15 +13077,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13206,8 +13143,10 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13215,15 +13154,13 @@ def stage_cp_ulysses_cp_mqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13285,8 +13222,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13296,15 +13235,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13368,8 +13305,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13379,15 +13318,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13451,8 +13388,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13462,15 +13401,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13530,8 +13467,10 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13541,15 +13480,13 @@ def stage_cp_ulysses_cp_mqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13612,8 +13549,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13623,15 +13562,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13696,8 +13633,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13707,15 +13646,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13780,8 +13717,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13791,15 +13730,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13860,8 +13797,10 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13871,15 +13810,13 @@ def stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -13941,8 +13878,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -13950,15 +13889,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14022,8 +13959,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14031,15 +13970,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14103,8 +14040,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14112,15 +14051,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14180,8 +14117,10 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14189,15 +14128,13 @@ def stage_cp_ulysses_cp_mqa_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mqa_linear_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14259,8 +14196,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14270,15 +14209,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14342,8 +14279,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14353,15 +14292,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14425,8 +14362,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14436,15 +14375,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14504,8 +14441,10 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14515,15 +14454,13 @@ def stage_cp_ulysses_cp_mqa_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14586,8 +14523,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -4*b*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14597,15 +14536,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14670,8 +14607,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14681,15 +14620,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14754,8 +14691,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
         (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*bytes_compute*s*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14765,15 +14704,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14834,8 +14771,10 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
         (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 4*b*bytes_compute*(cp - 1)*(a*xp.where(xp.not_equal(dh, 0), dh, h/a) + dh)/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
@@ -14845,15 +14784,13 @@ def stage_cp_ulysses_cp_mqa_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mqa_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mqa_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14914,8 +14851,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, d
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -14923,15 +14862,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, d
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -14993,8 +14930,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15002,15 +14941,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, 
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15071,8 +15008,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr,
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15080,15 +15019,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr,
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15146,8 +15083,10 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, d
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -15155,15 +15094,13 @@ def stage_cp_colossalai_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, d
             (bytes_compute, dh, dhr, level_bound_0, n_kv) = _runtime.reals("stage_cp_colossalai_cp_mla_softmax_layer__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"), (bytes_compute, dh, dhr, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15223,8 +15160,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15234,15 +15173,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15304,8 +15241,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15315,15 +15254,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15384,8 +15321,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh,
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15395,15 +15334,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15461,8 +15398,10 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -15472,15 +15411,13 @@ def stage_cp_colossalai_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15542,8 +15479,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15553,15 +15492,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15624,8 +15561,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15635,15 +15574,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15706,8 +15643,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp
         (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -15717,15 +15656,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15785,8 +15722,10 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -15796,15 +15735,13 @@ def stage_cp_colossalai_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15861,8 +15798,10 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -15870,15 +15809,13 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -15931,8 +15868,10 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -15942,15 +15881,13 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16005,8 +15942,10 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -16016,15 +15955,13 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_colossalai_cp_mla_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_colossalai_cp_mla_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16080,8 +16017,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16089,15 +16028,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16159,8 +16096,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16168,15 +16107,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16237,8 +16174,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16246,15 +16185,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
             (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16312,8 +16249,10 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -16321,15 +16260,13 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
             (bytes_compute, dh, dhr, level_bound_0, n_kv) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"), (bytes_compute, dh, dhr, level_bound_0, n_kv))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_layer__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_layer__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16389,8 +16326,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16400,15 +16339,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16470,8 +16407,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16481,15 +16420,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16550,8 +16487,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
         (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16561,15 +16500,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16627,8 +16564,10 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
         (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -16638,15 +16577,13 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_full_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_full_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16708,8 +16645,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16719,15 +16658,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_t",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_t",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16790,8 +16727,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*s*(1 - (cp - 1)/cp)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16801,15 +16740,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
             #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16872,8 +16809,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
         (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
@@ -16883,15 +16822,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_b",
-        ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_b",
+            ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -16951,8 +16888,10 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
         (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*n_kv*(cp - 1)*(2*dh + dhr)/(cp*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
@@ -16962,15 +16901,13 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_softmax_selective_again__d_s",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_softmax_selective_again__d_s",
+            ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17027,8 +16964,10 @@ def stage_cp_hybrid_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -17036,15 +16975,13 @@ def stage_cp_hybrid_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0, sco
             (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_layer__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_layer__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17097,8 +17034,10 @@ def stage_cp_hybrid_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
         (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -17108,15 +17047,13 @@ def stage_cp_hybrid_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_full_again__d_t",
-        ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_full_again__d_t",
+            ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17171,8 +17108,10 @@ def stage_cp_hybrid_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
         (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t) = _runtime.floats(xp, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -8*a*xp.where(xp.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))/(t*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
@@ -17182,15 +17121,13 @@ def stage_cp_hybrid_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather, h, 
             inv0 = 1/level_bound_0
             inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_hybrid_cp_mla_linear_selective_again__d_t",
-        ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=1,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_hybrid_cp_mla_linear_selective_again__d_t",
+            ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=1,
+            masks=1,
+        )
         for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17250,8 +17187,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17261,15 +17200,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17337,8 +17274,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17348,15 +17287,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17423,8 +17360,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17434,15 +17373,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17505,8 +17442,10 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17516,15 +17455,13 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17589,8 +17526,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17602,15 +17541,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17678,8 +17615,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17691,15 +17630,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17766,8 +17703,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17779,15 +17718,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17850,8 +17787,10 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17863,15 +17802,13 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -17938,8 +17875,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -17951,15 +17890,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18028,8 +17965,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18041,15 +17980,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18117,8 +18054,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18130,15 +18069,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18202,8 +18139,10 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18215,15 +18154,13 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_softmax_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_softmax_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18288,8 +18225,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18299,15 +18238,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18375,8 +18312,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18386,15 +18325,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18461,8 +18398,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18472,15 +18411,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18543,8 +18480,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18554,15 +18493,13 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_layer__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_layer__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
             #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18627,8 +18564,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18640,15 +18579,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18716,8 +18653,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18729,15 +18668,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18804,8 +18741,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18817,15 +18756,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18888,8 +18825,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18901,15 +18840,13 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*stage_cost_scale
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_full_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_full_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -18976,8 +18913,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, -2*b*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*(t*t)))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -18989,15 +18928,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_t",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_t",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19066,8 +19003,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*s*(1 - 2*(cp - 1)/cp)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -19079,15 +19018,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_cp",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_cp",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
             #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19155,8 +19092,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*bytes_compute*s*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -19168,15 +19107,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_b",
-        ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_b",
+            ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19240,8 +19177,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
         tmp0 = xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 0.5*(score_factor_cp*stage_cost_scale*(1 - gather)*xp.where(xp.less_equal(cp, 1), 0, 2*b*bytes_compute*(cp - 1)*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))/((cp*cp)*t))*xp.maximum(1, xp.floor(cp/level_bound_0)))
         return _runtime.broadcast(xp, out, (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv0 = 1/level_bound_0
@@ -19253,15 +19192,13 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
             inv2 = 0.5*(stage_cost_scale*(1 - gather))
-    call = _runtime.Call(
-        "stage_cp_ulysses_cp_mla_linear_selective_again__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
-        (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-        reals=2,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_cp_ulysses_cp_mla_linear_selective_again__d_s",
+            ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
+            reals=2,
+            masks=1,
+        )
         for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
             # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
             #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
@@ -19320,8 +19257,10 @@ def stage_ep_imbalanced_layer__d_ep(*, bytes_compute, comm_ep, ep, h, level_boun
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(1 - (ep - 1)/ep)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -19329,15 +19268,13 @@ def stage_ep_imbalanced_layer__d_ep(*, bytes_compute, comm_ep, ep, h, level_boun
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer__d_ep", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_layer__d_ep",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_layer__d_ep",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
@@ -19399,8 +19336,10 @@ def stage_ep_imbalanced_full_again__d_ep(*, bytes_compute, comm_ep, ep, h, level
         (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale) = _runtime.floats(xp, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
         out = stage_cost_scale*xp.where(xp.logical_or(xp.equal(comm_ep, 0), xp.less_equal(ep, 1)), 0, 2*bytes_compute*comm_ep*h*max_rank_tokens*(1 - (ep - 1)/ep)/ep)*xp.maximum(1, xp.floor(ep/level_bound_0))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
@@ -19408,15 +19347,13 @@ def stage_ep_imbalanced_full_again__d_ep(*, bytes_compute, comm_ep, ep, h, level
             (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again__d_ep", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
             inv0 = 1/level_bound_0
             inv1 = 2*bytes_compute*h
-    call = _runtime.Call(
-        "stage_ep_imbalanced_full_again__d_ep",
-        ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
-        (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
-        reals=1,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_ep_imbalanced_full_again__d_ep",
+            ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
+            (bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1),
+            reals=1,
+            masks=2,
+        )
         for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
             # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
             #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(1 - (ep -
@@ -19579,8 +19516,10 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
         tmp18 = xp.where(xp.less(tmp12, 1), 0, tmp11)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp16*tmp18/tmp13 - 2*bytes_grad*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -19604,15 +19543,13 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -19771,8 +19708,10 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
         tmp7 = n_attMM*(h + qkv_bias)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp6 = a*tmp5
@@ -19786,15 +19725,13 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             tmp7 = n_attMM*(h + qkv_bias)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -19912,8 +19849,10 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
         tmp7 = n_attMM*(h + qkv_bias)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp6 = a*tmp5
@@ -19927,15 +19866,13 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
             tmp7 = n_attMM*(h + qkv_bias)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_d",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_d",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -20052,8 +19989,10 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
         tmp6 = n_attMM*(h + qkv_bias)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp5 = a*tmp4
@@ -20071,15 +20010,13 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_standard_dense_fsdp_layer__d_m",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_dense_fsdp_layer__d_m",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -20171,8 +20108,10 @@ def stage_dp_fsdp_untied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, g
         tmp4 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*h*score_factor_dp*stage_cost_scale*tmp3*tmp4*v*(1 - comm_dp_overlap)*(-tmp3*(tmp2 - 1) + 1)*xp.where(xp.less(tmp1, 1), 0, tmp0)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/xp.maximum(1, shard_embed*tmp4)
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*stage_cost_scale*v*(1 - comm_dp_overlap)
@@ -20180,15 +20119,13 @@ def stage_dp_fsdp_untied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, g
             (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_untied_embedding__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*h*stage_cost_scale*v*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_untied_embedding__d_d",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
-        (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_untied_embedding__d_d",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
+            (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -20286,8 +20223,10 @@ def stage_dp_fsdp_untied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap,
         tmp4 = xp.maximum(1, d*tmp0)
         out = h*score_factor_dp*stage_cost_scale*tmp1*v*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp3, 0)/tmp4 - bytes_p*tmp3*(1 - reshards)*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -bytes_p*(1 - reshards)
             inv1 = 1 - shard_spans_cp
@@ -20299,15 +20238,13 @@ def stage_dp_fsdp_untied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap,
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_untied_embedding__d_m",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_untied_embedding__d_m",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -20426,8 +20363,10 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
         tmp15 = xp.where(xp.less(tmp9, 1), 0, tmp8)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*tmp13*tmp15/tmp10 - 2*bytes_grad*tmp11*tmp13*tmp15/(tmp10*tmp10) - tmp14*tmp7/tmp2 + tmp6*tmp7 - tmp4*tmp6*tmp7/tmp2 - tmp14/t - tmp4*tmp6/t)/(t*tmp2)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - reshards
             inv1 = 1 - shard_spans_cp
@@ -20443,15 +20382,13 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             inv3 = 2*bytes_grad
             inv4 = -2*bytes_grad
             inv5 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_t",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_t",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -20579,8 +20516,10 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
         tmp3 = xp.maximum(1, tmp2)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(h + 1)*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
@@ -20588,15 +20527,13 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
             (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_cp", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_cp",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
-        (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_cp",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
+            (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -20683,8 +20620,10 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
         tmp3 = xp.maximum(1, tmp2)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(h + 1)*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
@@ -20692,15 +20631,13 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
             (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
             inv0 = 1 - shard_spans_cp
             inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_d",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
-        (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_d",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
+            (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -20786,8 +20723,10 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
         tmp3 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -bytes_p*(1 - reshards)
             inv1 = 1 - shard_spans_cp
@@ -20799,15 +20738,13 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-    call = _runtime.Call(
-        "stage_dp_fsdp_output__d_m",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_output__d_m",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -20901,8 +20838,10 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
         tmp4 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*tmp3*tmp4*(1 - comm_dp_overlap)*(-tmp3*(tmp2 - 1) + 1)*xp.where(xp.less_equal(p, 1), 0, h*v)*xp.where(xp.less(tmp1, 1), 0, tmp0)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/xp.maximum(1, shard_embed*tmp4)
         return _runtime.broadcast(xp, out, (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
@@ -20912,15 +20851,13 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
             inv0 = h*v
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_tied_embedding__d_d",
-        ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2"),
-        (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_tied_embedding__d_d",
+            ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2"),
+            (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -21024,8 +20961,10 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
         tmp4 = xp.maximum(1, d*tmp0)
         out = score_factor_dp*stage_cost_scale*tmp1*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp3, 0)/tmp4 - bytes_p*tmp3*(1 - reshards)*(tmp2 - 1))*xp.where(xp.less_equal(p, 1), 0, h*v)/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = -bytes_p*(1 - reshards)
             inv1 = 1 - shard_spans_cp
@@ -21039,15 +20978,13 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
             inv2 = 2*bytes_grad
             inv3 = h*v
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_fsdp_tied_embedding__d_m",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_fsdp_tied_embedding__d_m",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
             numpy.maximum(1.0, gather_embed, out=r0)
@@ -21781,128 +21718,76 @@ def stage_dp_standard_moe_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
+    # ops: 51 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dh*n_qknorm
-        tmp2 = a*dh
-        tmp3 = h*n_attMM
-        tmp4 = tmp3*(o_bias + tmp2)
-        tmp5 = h + qkv_bias
-        tmp6 = n_kv*tmp5
-        tmp7 = 0.5*tmp6
-        tmp8 = dh*n_attMM
-        tmp9 = tmp5*(attn_output_gate + 1)
-        tmp10 = n_attMM*tmp2*tmp9
-        tmp11 = h*n_exp
-        tmp12 = h*layer_norms*(norm_bias + 1)
-        tmp13 = attn_extra_p + tmp11 + tmp12
-        tmp14 = xp.equal(zero3_non_exp, 1)
-        tmp15 = xp.not_equal(dh, 0)
-        tmp17 = 2/a
-        tmp18 = h*n_qknorm
-        tmp19 = tmp3*(h + o_bias)
-        tmp20 = tmp3*tmp9
-        tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-        tmp22 = 0.25*(tmp0*(1 + 1/cp))
-        tmp23 = xp.equal(zero2_non_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp14, tmp15), -tmp0*(2*tmp1 + 0.25*tmp10 + tmp13 + 0.25*tmp4 + tmp7*tmp8), xp.where(tmp14, -tmp0*(tmp13 + tmp17*tmp18 + 0.25*tmp19 + 0.25*tmp20 + tmp3*tmp7/a), 0)) + xp.where(xp.logical_and(tmp15, tmp23), -tmp22*(8*tmp1 + tmp10 + tmp21 + tmp4 + 2*tmp6*tmp8), xp.where(tmp23, -tmp22*(tmp17*tmp3*tmp6 + tmp19 + tmp20 + tmp21 + 8*tmp18/a), 0)))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        tmp9 = xp.where(xp.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp9, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = h*n_exp
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp1 = dh*n_qknorm
-            tmp2 = a*dh
-            tmp3 = h*n_attMM
-            tmp4 = tmp3*(o_bias + tmp2)
-            tmp5 = h + qkv_bias
-            tmp6 = n_kv*tmp5
-            tmp7 = 0.5*tmp6
-            tmp8 = dh*n_attMM
-            tmp9 = tmp5*(attn_output_gate + 1)
-            tmp10 = n_attMM*tmp2*tmp9
-            tmp11 = h*n_exp
-            tmp12 = h*layer_norms*(norm_bias + 1)
-            tmp13 = attn_extra_p + tmp11 + tmp12
-            tmp17 = 2/a
-            tmp18 = h*n_qknorm
-            tmp19 = tmp3*(h + o_bias)
-            tmp20 = tmp3*tmp9
-            tmp21 = 4*attn_extra_p + 4*tmp11 + 4*tmp12
-            inv0 = -2*tmp1 - 0.25*tmp10 - tmp13 - 0.25*tmp4 - tmp7*tmp8
-            inv1 = -tmp13 - tmp17*tmp18 - 0.25*tmp19 - 0.25*tmp20 - tmp3*tmp7/a
-            inv2 = -8*tmp1 - tmp10 - tmp21 - tmp4 - 2*tmp6*tmp8
-            inv3 = -tmp17*tmp3*tmp6 - tmp19 - tmp20 - tmp21 - 8*tmp18/a
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=4,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+            tmp0 = 2*n_qknorm
+            tmp1 = a*dh
+            tmp2 = 0.25*n_attMM
+            tmp3 = h*tmp2
+            tmp4 = h + qkv_bias
+            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+            tmp6 = tmp4*(attn_output_gate + 1)
+            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = h/a
+            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp9 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp14 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp15 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp22 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp23 = numpy.equal(zero2_non_exp, 1) -> m2
-            numpy.equal(zero2_non_exp, 1.0, out=m2)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp14, tmp15), inv0*tmp0,
-            #     numpy.where(tmp14, inv1*tmp0, 0)) + numpy.where(numpy.logical_and(tmp15, tmp23),
-            #     inv2*tmp22, numpy.where(tmp23, inv3*tmp22, 0)))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m1, out=m3)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m3)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m2)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -21984,150 +21869,141 @@ def stage_dp_standard_moe_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 47.
+    # ops: 88 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-        tmp0 = 2*n_qknorm
-        tmp1 = a*dh
-        tmp2 = 0.25*n_attMM
-        tmp3 = h*tmp2
-        tmp4 = h + qkv_bias
-        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-        tmp6 = tmp4*(attn_output_gate + 1)
-        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp8 = 1/(cp*cp)
-        tmp9 = tmp8/t
-        tmp10 = xp.equal(zero2_non_exp, 1)
-        tmp11 = h/a
-        tmp12 = xp.equal(zero2_exp, 1)
-        tmp13 = xp.not_equal(n_shared_exp, 0)
-        tmp14 = h*hff_exp*n_ffMM
-        tmp15 = hff_exp*(n_ffMM - 1)
-        tmp16 = 1/xp.maximum(1, etp)
-        tmp17 = n_exp*(mlp_bias*(h + tmp15*tmp16) + tmp14*tmp16) + n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
-        tmp18 = h*shared_expert_gate + tmp17
-        tmp19 = xp.where(tmp13, xp.equal(tmp18, 0), xp.equal(tmp17, 0))
-        tmp20 = tmp8/(ep*t_exp)
-        tmp21 = -tmp18*tmp20
-        tmp22 = -tmp17*tmp20
-        tmp23 = xp.equal(zero3_exp, 1)
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp10, xp.not_equal(dh, 0)), -tmp9*(dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7), xp.where(tmp10, -tmp9*(tmp0*tmp11 + tmp11*tmp5 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp7), 0)) + xp.where(xp.logical_and(tmp12, tmp19), 0, xp.where(xp.logical_and(tmp12, tmp13), tmp21, xp.where(tmp12, tmp22, 0))) + xp.where(xp.logical_and(tmp19, tmp23), 0, xp.where(xp.logical_and(tmp13, tmp23), tmp21, xp.where(tmp23, tmp22, 0))))
+        tmp0 = 1/(cp*cp)
+        tmp1 = 2*n_qknorm
+        tmp2 = a*dh
+        tmp3 = 0.25*n_attMM
+        tmp4 = h*tmp3
+        tmp5 = h + qkv_bias
+        tmp6 = 0.5*(n_attMM*n_kv*tmp5)
+        tmp7 = tmp5*(attn_output_gate + 1)
+        tmp8 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp9 = h/a
+        tmp10 = xp.equal(zero2_exp, 1)
+        tmp11 = xp.not_equal(n_shared_exp, 0)
+        tmp12 = h*hff_exp*n_ffMM
+        tmp13 = hff_exp*(n_ffMM - 1)
+        tmp14 = 1/xp.maximum(1, etp)
+        tmp15 = n_exp*(mlp_bias*(h + tmp13*tmp14) + tmp12*tmp14) + n_shared_exp*(mlp_bias*(h + tmp13) + tmp12)
+        tmp16 = h*shared_expert_gate + tmp15
+        tmp17 = xp.where(tmp11, xp.equal(tmp16, 0), xp.equal(tmp15, 0))
+        tmp18 = tmp0/(ep*t_exp)
+        tmp19 = -tmp16*tmp18
+        tmp20 = -tmp15*tmp18
+        tmp21 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero2_non_exp, 1), tmp0*xp.where(xp.not_equal(dh, 0), -dh*tmp1 - dh*tmp6 - tmp2*tmp3*tmp7 - tmp4*(o_bias + tmp2) - tmp8, -tmp1*tmp9 - tmp4*tmp7 - tmp4*(h + o_bias) - tmp6*tmp9 - tmp8)/t, 0) + xp.where(xp.logical_and(tmp10, tmp17), 0, xp.where(xp.logical_and(tmp10, tmp11), tmp19, xp.where(tmp10, tmp20, 0))) + xp.where(xp.logical_and(tmp17, tmp21), 0, xp.where(xp.logical_and(tmp11, tmp21), tmp19, xp.where(tmp21, tmp20, 0))))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp11 = h/a
-            tmp14 = h*hff_exp*n_ffMM
-            tmp15 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
+            tmp1 = 2*n_qknorm
+            tmp2 = a*dh
+            tmp3 = 0.25*n_attMM
+            tmp4 = h*tmp3
+            tmp5 = h + qkv_bias
+            tmp6 = 0.5*(n_attMM*n_kv*tmp5)
+            tmp7 = tmp5*(attn_output_gate + 1)
+            tmp8 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp9 = h/a
+            tmp11 = numpy.not_equal(n_shared_exp, 0)
+            tmp12 = h*hff_exp*n_ffMM
+            tmp13 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp13) + tmp12)
             inv1 = h*shared_expert_gate
-            inv2 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv3 = -tmp0*tmp11 - tmp11*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp1 - dh*tmp6 - tmp2*tmp3*tmp7 - tmp4*(o_bias + tmp2) - tmp8, -tmp1*tmp9 - tmp4*tmp7 - tmp4*(h + o_bias) - tmp6*tmp9 - tmp8)
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp11 = h/a
-            tmp14 = h*hff_exp*n_ffMM
-            tmp15 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp15) + tmp14)
+            tmp1 = 2*n_qknorm
+            tmp2 = a*dh
+            tmp3 = 0.25*n_attMM
+            tmp4 = h*tmp3
+            tmp5 = h + qkv_bias
+            tmp6 = 0.5*(n_attMM*n_kv*tmp5)
+            tmp7 = tmp5*(attn_output_gate + 1)
+            tmp8 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp9 = h/a
+            tmp11 = numpy.not_equal(n_shared_exp, 0)
+            tmp12 = h*hff_exp*n_ffMM
+            tmp13 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp13) + tmp12)
             inv1 = h*shared_expert_gate
-            inv2 = -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7
-            inv3 = -tmp0*tmp11 - tmp11*tmp5 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp7
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp14", "tmp15", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4),
-        reals=5,
-        masks=6,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp14, tmp15, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp8 = 1/(cp*cp) -> r0
+            inv2 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp1 - dh*tmp6 - tmp2*tmp3*tmp7 - tmp4*(o_bias + tmp2) - tmp8, -tmp1*tmp9 - tmp4*tmp7 - tmp4*(h + o_bias) - tmp6*tmp9 - tmp8)
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp12", "tmp13", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp12, tmp13, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp12, tmp13, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp11_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = 1/(cp*cp) -> r0
             numpy.multiply(cp, cp, out=r0)
             numpy.divide(1.0, r0, out=r0)
-            # tmp9 = tmp8/t -> r1
-            numpy.divide(r0, t, out=r1)
-            # tmp10 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.equal(zero2_exp, 1) -> m1
+            # tmp10 = numpy.equal(zero2_exp, 1) -> m1
             numpy.equal(zero2_exp, 1.0, out=m1)
-            # tmp13 = numpy.not_equal(n_shared_exp, 0) -> m2
-            numpy.not_equal(n_shared_exp, 0.0, out=m2)
-            # tmp16 = 1/numpy.maximum(1, etp) -> r2
-            numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp17 = inv0 + n_exp*(mlp_bias*(h + tmp15*tmp16) + tmp14*tmp16) -> r3
-            numpy.multiply(tmp14, r2, out=r3)
-            numpy.multiply(tmp15, r2, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r3, inv0, out=r3)
-            # tmp18 = inv1 + tmp17 -> r2
-            numpy.add(inv1, r3, out=r2)
-            # tmp19 = numpy.where(tmp13, numpy.equal(tmp18, 0), numpy.equal(tmp17, 0)) -> m3
-            numpy.copyto(m3, numpy.where(m2, numpy.equal(r2, 0), numpy.equal(r3, 0)))
-            # tmp20 = tmp8/(ep*t_exp) -> r4
-            numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r0, r4, out=r4)
-            # tmp21 = -tmp18*tmp20 -> r0
-            numpy.multiply(r2, r4, out=r0)
-            numpy.negative(r0, out=r0)
-            # tmp22 = -tmp17*tmp20 -> r2
-            numpy.multiply(r3, r4, out=r2)
-            numpy.negative(r2, out=r2)
-            # tmp23 = numpy.equal(zero3_exp, 1) -> m4
-            numpy.equal(zero3_exp, 1.0, out=m4)
-            # out = inv4*score_factor_dp*(numpy.where(numpy.logical_and(tmp10, numpy.not_equal(dh,
-            #     0)), inv2*tmp9, numpy.where(tmp10, inv3*tmp9, 0)) +
-            #     numpy.where(numpy.logical_and(tmp12, tmp19), 0,
-            #     numpy.where(numpy.logical_and(tmp12, tmp13), tmp21, numpy.where(tmp12, tmp22, 0)))
-            #     + numpy.where(numpy.logical_and(tmp19, tmp23), 0,
-            #     numpy.where(numpy.logical_and(tmp13, tmp23), tmp21, numpy.where(tmp23, tmp22,
+            # tmp14 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp15 = inv0 + n_exp*(mlp_bias*(h + tmp13*tmp14) + tmp12*tmp14) -> r2
+            numpy.multiply(tmp12, r1, out=r2)
+            numpy.multiply(tmp13, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp16 = inv1 + tmp15 -> r1
+            numpy.add(inv1, r2, out=r1)
+            # tmp17 = numpy.where(tmp11_mask, numpy.equal(tmp16, 0), numpy.equal(tmp15, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp18 = tmp0/(ep*t_exp) -> r3
+            numpy.multiply(ep, t_exp, out=r3)
+            numpy.divide(r0, r3, out=r3)
+            # tmp19 = -tmp16*tmp18 -> r4
+            numpy.multiply(r1, r3, out=r4)
+            numpy.negative(r4, out=r4)
+            # tmp20 = -tmp15*tmp18 -> r1
+            numpy.multiply(r2, r3, out=r1)
+            numpy.negative(r1, out=r1)
+            # tmp21 = numpy.equal(zero3_exp, 1) -> m3
+            numpy.equal(zero3_exp, 1.0, out=m3)
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
+            #     + numpy.where(numpy.logical_and(tmp10, tmp17), 0,
+            #     numpy.where(numpy.logical_and(tmp10, tmp11_mask), tmp19, numpy.where(tmp10, tmp20,
+            #     0))) + numpy.where(numpy.logical_and(tmp17, tmp21), 0,
+            #     numpy.where(numpy.logical_and(tmp11_mask, tmp21), tmp19, numpy.where(tmp21, tmp20,
             #     0))))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(out, r3, where=m0)
-            numpy.not_equal(dh, 0.0, out=m5)
-            numpy.logical_and(m5, m0, out=m5)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(out, r3, where=m5)
-            numpy.copyto(r3, 0.0)
-            numpy.copyto(r3, r2, where=m1)
-            numpy.logical_and(m1, m2, out=m5)
-            numpy.copyto(r3, r0, where=m5)
-            numpy.logical_and(m1, m3, out=m5)
-            numpy.copyto(r3, 0.0, where=m5)
-            numpy.add(out, r3, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.copyto(r3, r2, where=m4)
-            numpy.logical_and(m2, m4, out=m5)
-            numpy.copyto(r3, r0, where=m5)
-            numpy.logical_and(m3, m4, out=m5)
-            numpy.copyto(r3, 0.0, where=m5)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(out, inv4, out=out)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.multiply(inv2, r0, out=r2)
+            numpy.divide(r2, t, out=r2)
+            numpy.copyto(out, r2, where=m4)
+            numpy.copyto(r2, 0.0)
+            numpy.copyto(r2, r1, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
+            numpy.add(out, r2, out=out)
+            numpy.copyto(r2, 0.0)
+            numpy.copyto(r2, r1, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
+            numpy.add(out, r2, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -22195,7 +22071,7 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -22213,9 +22089,12 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
         tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
         return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -22223,25 +22102,24 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
             inv1 = h*shared_expert_gate
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_zero_layer__d_ep",
-        ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
-        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_zero_layer__d_ep",
+            ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
+            (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
+            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
             # tmp4 = 1/numpy.maximum(1, etp) -> r0
             numpy.maximum(1.0, etp, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -22255,8 +22133,8 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             numpy.add(r1, inv0, out=r1)
             # tmp6 = inv1 + tmp5 -> r0
             numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
             # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
             numpy.multiply(ep, ep, out=r2)
             numpy.multiply(r2, cp, out=r2)
@@ -22274,25 +22152,25 @@ def stage_dp_standard_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, h
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
             # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
             #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
             numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m0)
-            numpy.logical_and(m0, m1, out=m4)
+            numpy.copyto(out, r4, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
             numpy.multiply(r0, r2, out=r4)
             numpy.negative(r4, out=r4)
             numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m0, m2, out=m4)
+            numpy.logical_and(m1, m2, out=m4)
             numpy.copyto(out, 0.0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.multiply(r3, r1, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m1, m3, out=m4)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r3, r0, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m4)
@@ -22434,8 +22312,10 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
         tmp19 = xp.where(xp.less(tmp13, 1), 0, tmp12)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1))*(2*bytes_grad*tmp17*tmp19/tmp14 - 2*bytes_grad*tmp15*tmp17*tmp19/(tmp14*tmp14) + tmp10*tmp11 - tmp10*tmp11*tmp8/tmp2 - tmp11*tmp18/tmp2 - tmp10*tmp8/t - tmp18/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = 4*h
             tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -22461,15 +22341,13 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1)))
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_t",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_t",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -22678,8 +22556,10 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
         tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp27/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp27*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = h*hff_exp*n_ffMM
             tmp7 = hff_exp*(n_ffMM - 1)
@@ -22711,15 +22591,13 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             inv3 = -n_exp
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_cp",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=15,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_cp",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=15,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -22901,8 +22779,10 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
         tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = n_ffMM - 1
             inv1 = h*n_ffMM
@@ -22920,15 +22800,13 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad
             inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_ep",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_ep",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
             numpy.divide(shard_p_os_exp, t_exp, out=r0)
@@ -23086,8 +22964,10 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
         tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp17*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp17*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = 4*h
@@ -23113,15 +22993,13 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
             inv2 = -0.25*tmp17
             inv3 = 1 - shard_spans_cp
             inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_d",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-        reals=10,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_d",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
+            reals=10,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -23313,8 +23191,10 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
         tmp22 = xp.maximum(1, t*tmp10/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(0.5*(tmp12*tmp21*(tmp22 - 1)/tmp22) + tmp13*tmp9*(tmp14 - 1)/tmp14 - 0.25*(tmp21*tmp6*(tmp16 - 1)) - tmp4*tmp6*(tmp1 - 1) - tmp6*tmp9*(tmp7 - 1) + tmp13*tmp4*(tmp11 - 1)/tmp11)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -23340,15 +23220,13 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
             tmp20 = n_attMM*(h + qkv_bias)
             inv3 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1)
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_standard_moe_fsdp_layer__d_m",
-        ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-        reals=13,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_standard_moe_fsdp_layer__d_m",
+            ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
+            reals=13,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -23530,154 +23408,85 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 103 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -23740,7 +23549,7 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -23753,16 +23562,16 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         tmp5 = 2*dh
         tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         tmp7 = n_qknorm*tmp5 + tmp6
-        tmp8 = 1/((cp*cp)*t)
-        tmp9 = xp.equal(zero2_non_exp, 1)
-        tmp10 = xp.not_equal(dh, 0)
-        tmp11 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-        tmp13 = tmp6 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.equal(zero2_non_exp, 1), xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/((cp*cp)*t), 0)
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = dc_kv*n_kv
             tmp1 = a*dc_q
@@ -23772,13 +23581,12 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
             tmp0 = dc_kv*n_kv
@@ -23789,51 +23597,29 @@ def stage_dp_mla_q_latent_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, m2, m3, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp8 = 1/((cp*cp)*t) -> r0
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
+        for out, r0, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
+            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
+            #     inv0/((cp*cp)*t), 0)
+            numpy.copyto(out, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # tmp10 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp11 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp9)), inv0*tmp8, numpy.where(numpy.logical_and(tmp10,
-            #     tmp9), inv1*tmp8, numpy.where(numpy.logical_and(tmp11, tmp9), inv2*tmp8,
-            #     numpy.where(tmp9, inv3*tmp8, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m2, m0, out=m3)
-            numpy.multiply(inv2, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m0, out=m3)
-            numpy.multiply(inv1, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.multiply(out, inv4, out=out)
+            numpy.divide(inv0, r0, out=r0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -23963,8 +23749,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
         tmp16 = xp.where(xp.less(tmp10, 1), 0, tmp9)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp14*tmp16/tmp11 - 2*bytes_grad*tmp12*tmp14*tmp16/(tmp11*tmp11) - tmp15*tmp8/tmp2 + tmp7*tmp8 - tmp5*tmp7*tmp8/tmp2 - tmp15/t - tmp5*tmp7/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - reshards
@@ -23984,15 +23772,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -24146,8 +23932,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
@@ -24157,15 +23945,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -24279,8 +24065,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
@@ -24290,15 +24078,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -24410,8 +24196,10 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
         tmp4 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = -bytes_p*(1 - reshards)
@@ -24425,15 +24213,13 @@ def stage_dp_mla_q_latent_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp4) + a*dh*h + dc_kv*n_kv*(dh + tmp4) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_dense_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_dense_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -24542,154 +24328,85 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 61 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*dc_q
-        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*dc_q
-            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*dc_q
+            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -24776,170 +24493,150 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 103 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 98 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-        tmp0 = xp.equal(zero2_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/(cp*cp)
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = -tmp6*tmp9
-        tmp11 = -tmp5*tmp9
-        tmp12 = xp.equal(zero3_exp, 1)
-        tmp13 = dc_kv*n_kv
-        tmp14 = a*dc_q
-        tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-        tmp16 = 0.25*n_attMM
-        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-        tmp18 = 2*dh
-        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp20 = n_qknorm*tmp18 + tmp19
-        tmp21 = tmp8/t
-        tmp22 = xp.equal(zero2_non_exp, 1)
-        tmp23 = xp.not_equal(dh, 0)
-        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-        tmp26 = tmp19 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
+        tmp0 = 1/(cp*cp)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*dc_q
+        tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = xp.not_equal(dh, 0)
+        tmp10 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp12 = tmp7 + 2*h*n_qknorm/a
+        tmp13 = xp.equal(zero2_exp, 1)
+        tmp14 = xp.not_equal(n_shared_exp, 0)
+        tmp15 = h*hff_exp*n_ffMM
+        tmp16 = hff_exp*(n_ffMM - 1)
+        tmp17 = 1/xp.maximum(1, etp)
+        tmp18 = n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) + n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
+        tmp19 = h*shared_expert_gate + tmp18
+        tmp20 = xp.where(tmp14, xp.equal(tmp19, 0), xp.equal(tmp18, 0))
+        tmp21 = tmp0/(ep*t_exp)
+        tmp22 = -tmp19*tmp21
+        tmp23 = -tmp18*tmp21
+        tmp24 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero2_non_exp, 1), tmp0*xp.where(xp.logical_and(tmp10, tmp9), -tmp5 - tmp8, xp.where(tmp9, -tmp11 - tmp8, xp.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))/t, 0) + xp.where(xp.logical_and(tmp13, tmp20), 0, xp.where(xp.logical_and(tmp13, tmp14), tmp22, xp.where(tmp13, tmp23, 0))) + xp.where(xp.logical_and(tmp20, tmp24), 0, xp.where(xp.logical_and(tmp14, tmp24), tmp22, xp.where(tmp24, tmp23, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*dc_q
-            tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*dc_q
+            tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*dc_q
-            tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=5,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, m6, m7, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp0 = numpy.equal(zero2_exp, 1) -> m0
-            numpy.equal(zero2_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp14_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = 1/(cp*cp) -> r0
+            numpy.multiply(cp, cp, out=r0)
             numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/(cp*cp) -> r2
-            numpy.multiply(cp, cp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
+            # tmp13 = numpy.equal(zero2_exp, 1) -> m1
+            numpy.equal(zero2_exp, 1.0, out=m1)
+            # tmp17 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp18 = inv0 + n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) -> r2
+            numpy.multiply(tmp15, r1, out=r2)
+            numpy.multiply(tmp16, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp19 = inv1 + tmp18 -> r1
+            numpy.add(inv1, r2, out=r1)
+            # tmp20 = numpy.where(tmp14_mask, numpy.equal(tmp19, 0), numpy.equal(tmp18, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp21 = tmp0/(ep*t_exp) -> r3
             numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = -tmp6*tmp9 -> r4
-            numpy.multiply(r0, r3, out=r4)
+            numpy.divide(r0, r3, out=r3)
+            # tmp22 = -tmp19*tmp21 -> r4
+            numpy.multiply(r1, r3, out=r4)
             numpy.negative(r4, out=r4)
-            # tmp11 = -tmp5*tmp9 -> r0
-            numpy.multiply(r1, r3, out=r0)
-            numpy.negative(r0, out=r0)
-            # tmp12 = numpy.equal(zero3_exp, 1) -> m3
+            # tmp23 = -tmp18*tmp21 -> r1
+            numpy.multiply(r2, r3, out=r1)
+            numpy.negative(r1, out=r1)
+            # tmp24 = numpy.equal(zero3_exp, 1) -> m3
             numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp21 = tmp8/t -> r1
-            numpy.divide(r2, t, out=r1)
-            # tmp22 = numpy.equal(zero2_non_exp, 1) -> m4
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            # tmp23 = numpy.not_equal(dh, 0) -> m5
-            numpy.not_equal(dh, 0.0, out=m5)
-            # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m6
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m6)
-            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp10, numpy.where(tmp0, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp12, tmp7), 0, numpy.where(numpy.logical_and(tmp1,
-            #     tmp12), tmp10, numpy.where(tmp12, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23, tmp24)), inv2*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp23), inv3*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp24), inv4*tmp21, numpy.where(tmp22,
-            #     inv5*tmp21, 0)))))
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
+            #     + numpy.where(numpy.logical_and(tmp13, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp13, tmp14_mask), tmp22, numpy.where(tmp13, tmp23,
+            #     0))) + numpy.where(numpy.logical_and(tmp20, tmp24), 0,
+            #     numpy.where(numpy.logical_and(tmp14_mask, tmp24), tmp22, numpy.where(tmp24, tmp23,
+            #     0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r4, where=m7)
-            numpy.logical_and(m0, m2, out=m7)
-            numpy.copyto(out, 0.0, where=m7)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.multiply(inv2, r0, out=r2)
+            numpy.divide(r2, t, out=r2)
+            numpy.copyto(out, r2, where=m4)
             numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, r0, where=m3)
-            numpy.logical_and(m1, m3, out=m7)
-            numpy.copyto(r2, r4, where=m7)
-            numpy.logical_and(m3, m2, out=m7)
-            numpy.copyto(r2, 0.0, where=m7)
+            numpy.copyto(r2, r1, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
             numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.logical_and(m7, m6, out=m7)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
+            numpy.copyto(r2, r1, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -25007,7 +24704,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -25025,9 +24722,12 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
         tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
         return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -25035,25 +24735,24 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
             inv1 = h*shared_expert_gate
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_zero_layer__d_ep",
-        ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
-        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_zero_layer__d_ep",
+            ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
+            (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
+            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
             # tmp4 = 1/numpy.maximum(1, etp) -> r0
             numpy.maximum(1.0, etp, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -25067,8 +24766,8 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.add(r1, inv0, out=r1)
             # tmp6 = inv1 + tmp5 -> r0
             numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
             # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
             numpy.multiply(ep, ep, out=r2)
             numpy.multiply(r2, cp, out=r2)
@@ -25086,25 +24785,25 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
             # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
             #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
             numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m0)
-            numpy.logical_and(m0, m1, out=m4)
+            numpy.copyto(out, r4, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
             numpy.multiply(r0, r2, out=r4)
             numpy.negative(r4, out=r4)
             numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m0, m2, out=m4)
+            numpy.logical_and(m1, m2, out=m4)
             numpy.copyto(out, 0.0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.multiply(r3, r1, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m1, m3, out=m4)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r3, r0, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m4)
@@ -25232,8 +24931,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
         tmp17 = xp.where(xp.less(tmp11, 1), 0, tmp10)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))*(2*bytes_grad*tmp15*tmp17/tmp12 - 2*bytes_grad*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = 4*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -25255,15 +24956,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -25467,8 +25166,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
         tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp25/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp25*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = h*hff_exp*n_ffMM
             tmp7 = hff_exp*(n_ffMM - 1)
@@ -25496,15 +25197,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             inv3 = -n_exp
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=15,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=15,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -25686,8 +25385,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
         tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = n_ffMM - 1
             inv1 = h*n_ffMM
@@ -25705,15 +25406,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad
             inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_ep",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_ep",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
             numpy.divide(shard_p_os_exp, t_exp, out=r0)
@@ -25865,8 +25564,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
         tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp15*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp15*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = 4*h
@@ -25888,15 +25589,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             inv2 = -0.25*tmp15
             inv3 = 1 - shard_spans_cp
             inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-        reals=10,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
+            reals=10,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -26083,8 +25782,10 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
         tmp20 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 - 2)/tmp20 - tmp19*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) + tmp14*tmp4*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -26104,15 +25805,13 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
             tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_latent_moe_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_latent_moe_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
@@ -26291,154 +25990,85 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -26499,7 +26129,7 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 61 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -26512,16 +26142,16 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
         tmp5 = 2*dh
         tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
         tmp7 = n_qknorm*tmp5 + tmp6
-        tmp8 = 1/((cp*cp)*t)
-        tmp9 = xp.equal(zero2_non_exp, 1)
-        tmp10 = xp.not_equal(dh, 0)
-        tmp11 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-        tmp13 = tmp6 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.logical_and(tmp10, xp.logical_and(tmp11, tmp9)), -tmp8*(tmp4 + tmp7), xp.where(xp.logical_and(tmp10, tmp9), -tmp8*(tmp12 + tmp7), xp.where(xp.logical_and(tmp11, tmp9), -tmp8*(tmp13 + tmp4), xp.where(tmp9, -tmp8*(tmp12 + tmp13), 0))))
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*xp.where(xp.equal(zero2_non_exp, 1), xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/((cp*cp)*t), 0)
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = dc_kv*n_kv
             tmp1 = a*h
@@ -26531,13 +26161,12 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_dense_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
             tmp0 = dc_kv*n_kv
@@ -26548,51 +26177,29 @@ def stage_dp_mla_q_direct_dense_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_k
             tmp5 = 2*dh
             tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
             tmp7 = n_qknorm*tmp5 + tmp6
-            tmp12 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp13 = tmp6 + 2*h*n_qknorm/a
-            inv0 = -tmp4 - tmp7
-            inv1 = -tmp12 - tmp7
-            inv2 = -tmp13 - tmp4
-            inv3 = -tmp12 - tmp13
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4),
-        reals=2,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, m0, m1, m2, m3, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp8 = 1/((cp*cp)*t) -> r0
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
+            reals=1,
+            masks=1,
+        )
+        for out, r0, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
+            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
+            #     inv0/((cp*cp)*t), 0)
+            numpy.copyto(out, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
             numpy.multiply(cp, cp, out=r0)
             numpy.multiply(r0, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = numpy.equal(zero2_non_exp, 1) -> m0
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            # tmp10 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp11 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # out = inv4*score_factor_dp*numpy.where(numpy.logical_and(tmp10,
-            #     numpy.logical_and(tmp11, tmp9)), inv0*tmp8, numpy.where(numpy.logical_and(tmp10,
-            #     tmp9), inv1*tmp8, numpy.where(numpy.logical_and(tmp11, tmp9), inv2*tmp8,
-            #     numpy.where(tmp9, inv3*tmp8, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.logical_and(m2, m0, out=m3)
-            numpy.multiply(inv2, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m0, out=m3)
-            numpy.multiply(inv1, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.logical_and(m1, m2, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.copyto(out, r1, where=m3)
-            numpy.multiply(out, inv4, out=out)
+            numpy.divide(inv0, r0, out=r0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -26720,8 +26327,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
         tmp17 = xp.where(xp.less(tmp11, 1), 0, tmp10)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*(2*bytes_grad*tmp15*tmp17/tmp12 - 2*bytes_grad*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -26743,15 +26352,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -26905,8 +26512,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
         tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = a*h
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -26918,15 +26527,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overl
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(d, t, out=r0)
@@ -27039,8 +26646,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
         tmp6 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.5*(bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(1 - (tmp3 - 1)/tmp3)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*xp.where(xp.less(tmp2, 1), 0, tmp1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/(t*tmp3*xp.maximum(1, shard_p_os_non_exp_partial/t)))
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp5 = a*h
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -27052,15 +26661,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overla
             tmp6 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv0 = 1 - shard_spans_cp
             inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
-        reals=5,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1),
+            reals=5,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
             # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
             numpy.multiply(cp, t, out=r0)
@@ -27171,8 +26778,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
         tmp5 = xp.where(xp.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(2*bytes_grad*(tmp3 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), -tmp2, 0)/tmp3 - bytes_p*tmp2*(1 - reshards)*(tmp1 - 1))*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*tmp1))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = a*h
             tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -27188,15 +26797,13 @@ def stage_dp_mla_q_direct_dense_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_
             inv1 = 1 - shard_spans_cp
             inv2 = 2*bytes_grad
             inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*h*layer_norms*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp5)) + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_dense_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=6,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_dense_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+            reals=6,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -27302,154 +26909,85 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
+    # ops: 57 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-        tmp0 = 1/(t*t)
-        tmp1 = dc_kv*n_kv
-        tmp2 = a*h
-        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-        tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-        tmp5 = 0.25*tmp4
-        tmp6 = dh*n_qknorm
-        tmp7 = h*n_exp
-        tmp8 = h*layer_norms*(norm_bias + 1)
-        tmp9 = tmp7 + tmp8
-        tmp10 = 2*tmp6 + tmp9
-        tmp11 = xp.equal(zero3_non_exp, 1)
-        tmp12 = xp.not_equal(dh, 0)
-        tmp13 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-        tmp15 = 0.25*tmp14
-        tmp16 = h*n_qknorm/a
-        tmp17 = 2*tmp16 + tmp9
-        tmp18 = 4*tmp7 + 4*tmp8
-        tmp19 = tmp18 + 8*tmp6
-        tmp20 = 0.25*(tmp0*(1 + 1/cp))
-        tmp21 = xp.equal(zero2_non_exp, 1)
-        tmp22 = 8*tmp16 + tmp18
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp11, xp.logical_and(tmp12, tmp13)), -tmp0*(tmp10 + tmp5), xp.where(xp.logical_and(tmp11, tmp12), -tmp0*(tmp10 + tmp15), xp.where(xp.logical_and(tmp11, tmp13), -tmp0*(tmp17 + tmp5), xp.where(tmp11, -tmp0*(tmp15 + tmp17), 0)))) + xp.where(xp.logical_and(tmp12, xp.logical_and(tmp13, tmp21)), -tmp20*(tmp19 + tmp4), xp.where(xp.logical_and(tmp12, tmp21), -tmp20*(tmp14 + tmp19), xp.where(xp.logical_and(tmp13, tmp21), -tmp20*(tmp22 + tmp4), xp.where(tmp21, -tmp20*(tmp14 + tmp22), 0)))))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = xp.not_equal(dh, 0)
+        tmp9 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        tmp12 = xp.where(xp.logical_and(tmp8, tmp9), -tmp4 - tmp7, xp.where(tmp8, -tmp10 - tmp7, xp.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))/(t*t)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero3_non_exp, 1), tmp12, 0) + xp.where(xp.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = n_attMM*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp5 = 0.25*tmp4
-            tmp6 = dh*n_qknorm
-            tmp7 = h*n_exp
-            tmp8 = h*layer_norms*(norm_bias + 1)
-            tmp9 = tmp7 + tmp8
-            tmp10 = 2*tmp6 + tmp9
-            tmp14 = n_attMM*(2*dh*tmp1 + tmp2*(dh + dhr) + tmp3)
-            tmp15 = 0.25*tmp14
-            tmp16 = h*n_qknorm/a
-            tmp17 = 2*tmp16 + tmp9
-            tmp18 = 4*tmp7 + 4*tmp8
-            tmp19 = tmp18 + 8*tmp6
-            tmp22 = 8*tmp16 + tmp18
-            inv0 = -tmp10 - tmp5
-            inv1 = -tmp10 - tmp15
-            inv2 = -tmp17 - tmp5
-            inv3 = -tmp15 - tmp17
-            inv4 = -tmp19 - tmp4
-            inv5 = -tmp14 - tmp19
-            inv6 = -tmp22 - tmp4
-            inv7 = -tmp14 - tmp22
-            inv8 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer__d_t",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-        reals=4,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp0 = 1/(t*t) -> r0
+            tmp0 = dc_kv*n_kv
+            tmp1 = a*h
+            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+            tmp3 = 0.25*n_attMM
+            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+            tmp5 = 2*dh
+            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp7 = n_qknorm*tmp5 + tmp6
+            tmp8 = numpy.not_equal(dh, 0)
+            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+            tmp11 = tmp6 + 2*h*n_qknorm/a
+            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer__d_t",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
+        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
+            # tmp12 = inv0/(t*t) -> r0
             numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp11 = numpy.equal(zero3_non_exp, 1) -> m0
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            # tmp12 = numpy.not_equal(dh, 0) -> m1
-            numpy.not_equal(dh, 0.0, out=m1)
-            # tmp13 = numpy.not_equal(qk_nope_head_dim, 0) -> m2
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m2)
-            # tmp20 = 0.25*(tmp0*(1 + 1/cp)) -> r1
-            numpy.divide(1.0, cp, out=r1)
-            numpy.add(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, 0.25, out=r1)
-            # tmp21 = numpy.equal(zero2_non_exp, 1) -> m3
-            numpy.equal(zero2_non_exp, 1.0, out=m3)
-            # out = inv8*score_factor_dp*(numpy.where(numpy.logical_and(tmp11,
-            #     numpy.logical_and(tmp12, tmp13)), inv0*tmp0, numpy.where(numpy.logical_and(tmp11,
-            #     tmp12), inv1*tmp0, numpy.where(numpy.logical_and(tmp11, tmp13), inv2*tmp0,
-            #     numpy.where(tmp11, inv3*tmp0, 0)))) + numpy.where(numpy.logical_and(tmp12,
-            #     numpy.logical_and(tmp13, tmp21)), inv4*tmp20, numpy.where(numpy.logical_and(tmp12,
-            #     tmp21), inv5*tmp20, numpy.where(numpy.logical_and(tmp13, tmp21), inv6*tmp20,
-            #     numpy.where(tmp21, inv7*tmp20, 0)))))
+            numpy.divide(inv0, r0, out=r0)
+            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
             numpy.copyto(out, 0.0)
-            numpy.multiply(inv3, r0, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.logical_and(m0, m2, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.logical_and(m0, m1, out=m4)
-            numpy.logical_and(m4, m2, out=m4)
-            numpy.multiply(inv0, r0, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.multiply(inv7, r1, out=r3)
-            numpy.copyto(r2, r3, where=m3)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.multiply(inv6, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m3, out=m4)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.logical_and(m4, m3, out=m4)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv8, out=out)
+            numpy.equal(zero3_non_exp, 1.0, out=m0)
+            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(r1, 0.0)
+            numpy.equal(zero2_non_exp, 1.0, out=m0)
+            numpy.divide(1.0, cp, out=r2)
+            numpy.add(r2, 1.0, out=r2)
+            numpy.multiply(r2, r0, out=r2)
+            numpy.copyto(r1, r2, where=m0)
+            numpy.add(out, r1, out=out)
+            numpy.multiply(out, inv1, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -27534,170 +27072,150 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
+    # ops: 94 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
         (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp) = _runtime.floats(xp, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-        tmp0 = xp.equal(zero2_exp, 1)
-        tmp1 = xp.not_equal(n_shared_exp, 0)
-        tmp2 = h*hff_exp*n_ffMM
-        tmp3 = hff_exp*(n_ffMM - 1)
-        tmp4 = 1/xp.maximum(1, etp)
-        tmp5 = n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-        tmp6 = h*shared_expert_gate + tmp5
-        tmp7 = xp.where(tmp1, xp.equal(tmp6, 0), xp.equal(tmp5, 0))
-        tmp8 = 1/(cp*cp)
-        tmp9 = tmp8/(ep*t_exp)
-        tmp10 = -tmp6*tmp9
-        tmp11 = -tmp5*tmp9
-        tmp12 = xp.equal(zero3_exp, 1)
-        tmp13 = dc_kv*n_kv
-        tmp14 = a*h
-        tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
-        tmp16 = 0.25*n_attMM
-        tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-        tmp18 = 2*dh
-        tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-        tmp20 = n_qknorm*tmp18 + tmp19
-        tmp21 = tmp8/t
-        tmp22 = xp.equal(zero2_non_exp, 1)
-        tmp23 = xp.not_equal(dh, 0)
-        tmp24 = xp.not_equal(qk_nope_head_dim, 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-        tmp26 = tmp19 + 2*h*n_qknorm/a
-        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), tmp10, xp.where(tmp0, tmp11, 0))) + xp.where(xp.logical_and(tmp12, tmp7), 0, xp.where(xp.logical_and(tmp1, tmp12), tmp10, xp.where(tmp12, tmp11, 0))) + xp.where(xp.logical_and(tmp22, xp.logical_and(tmp23, tmp24)), -tmp21*(tmp17 + tmp20), xp.where(xp.logical_and(tmp22, tmp23), -tmp21*(tmp20 + tmp25), xp.where(xp.logical_and(tmp22, tmp24), -tmp21*(tmp17 + tmp26), xp.where(tmp22, -tmp21*(tmp25 + tmp26), 0)))))
+        tmp0 = 1/(cp*cp)
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = xp.not_equal(dh, 0)
+        tmp10 = xp.not_equal(qk_nope_head_dim, 0)
+        tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp12 = tmp7 + 2*h*n_qknorm/a
+        tmp13 = xp.equal(zero2_exp, 1)
+        tmp14 = xp.not_equal(n_shared_exp, 0)
+        tmp15 = h*hff_exp*n_ffMM
+        tmp16 = hff_exp*(n_ffMM - 1)
+        tmp17 = 1/xp.maximum(1, etp)
+        tmp18 = n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) + n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
+        tmp19 = h*shared_expert_gate + tmp18
+        tmp20 = xp.where(tmp14, xp.equal(tmp19, 0), xp.equal(tmp18, 0))
+        tmp21 = tmp0/(ep*t_exp)
+        tmp22 = -tmp19*tmp21
+        tmp23 = -tmp18*tmp21
+        tmp24 = xp.equal(zero3_exp, 1)
+        out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.equal(zero2_non_exp, 1), tmp0*xp.where(xp.logical_and(tmp10, tmp9), -tmp5 - tmp8, xp.where(tmp9, -tmp11 - tmp8, xp.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))/t, 0) + xp.where(xp.logical_and(tmp13, tmp20), 0, xp.where(xp.logical_and(tmp13, tmp14), tmp22, xp.where(tmp13, tmp23, 0))) + xp.where(xp.logical_and(tmp20, tmp24), 0, xp.where(xp.logical_and(tmp14, tmp24), tmp22, xp.where(tmp24, tmp23, 0))))
         return _runtime.broadcast(xp, out, (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*h
-            tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+            tmp1 = dc_kv*n_kv
+            tmp2 = a*h
+            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+            tmp4 = 0.25*n_attMM
+            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+            tmp6 = 2*dh
+            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+            tmp8 = n_qknorm*tmp6 + tmp7
+            tmp9 = numpy.not_equal(dh, 0)
+            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+            tmp12 = tmp7 + 2*h*n_qknorm/a
+            tmp14 = numpy.not_equal(n_shared_exp, 0)
+            tmp15 = h*hff_exp*n_ffMM
+            tmp16 = hff_exp*(n_ffMM - 1)
+            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
             inv1 = h*shared_expert_gate
-            tmp13 = dc_kv*n_kv
-            tmp14 = a*h
-            tmp15 = dc_kv + dh*tmp14 + h*(dc_kv + dhr)
-            tmp16 = 0.25*n_attMM
-            tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-            tmp18 = 2*dh
-            tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp20 = n_qknorm*tmp18 + tmp19
-            tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-            tmp26 = tmp19 + 2*h*n_qknorm/a
-            inv2 = -tmp17 - tmp20
-            inv3 = -tmp20 - tmp25
-            inv4 = -tmp17 - tmp26
-            inv5 = -tmp25 - tmp26
-            inv6 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
-        ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=5,
-        masks=8,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, m5, m6, m7, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp0 = numpy.equal(zero2_exp, 1) -> m0
-            numpy.equal(zero2_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
+            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
+            ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
+            (a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3),
+            reals=5,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3 in call.blocks():
+            # tmp14_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = 1/(cp*cp) -> r0
+            numpy.multiply(cp, cp, out=r0)
             numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/(cp*cp) -> r2
-            numpy.multiply(cp, cp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp9 = tmp8/(ep*t_exp) -> r3
+            # tmp13 = numpy.equal(zero2_exp, 1) -> m1
+            numpy.equal(zero2_exp, 1.0, out=m1)
+            # tmp17 = 1/numpy.maximum(1, etp) -> r1
+            numpy.maximum(1.0, etp, out=r1)
+            numpy.divide(1.0, r1, out=r1)
+            # tmp18 = inv0 + n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) -> r2
+            numpy.multiply(tmp15, r1, out=r2)
+            numpy.multiply(tmp16, r1, out=r3)
+            numpy.add(r3, h, out=r3)
+            numpy.multiply(r3, mlp_bias, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.multiply(r2, n_exp, out=r2)
+            numpy.add(r2, inv0, out=r2)
+            # tmp19 = inv1 + tmp18 -> r1
+            numpy.add(inv1, r2, out=r1)
+            # tmp20 = numpy.where(tmp14_mask, numpy.equal(tmp19, 0), numpy.equal(tmp18, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+            # tmp21 = tmp0/(ep*t_exp) -> r3
             numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r3)
-            # tmp10 = -tmp6*tmp9 -> r4
-            numpy.multiply(r0, r3, out=r4)
+            numpy.divide(r0, r3, out=r3)
+            # tmp22 = -tmp19*tmp21 -> r4
+            numpy.multiply(r1, r3, out=r4)
             numpy.negative(r4, out=r4)
-            # tmp11 = -tmp5*tmp9 -> r0
-            numpy.multiply(r1, r3, out=r0)
-            numpy.negative(r0, out=r0)
-            # tmp12 = numpy.equal(zero3_exp, 1) -> m3
+            # tmp23 = -tmp18*tmp21 -> r1
+            numpy.multiply(r2, r3, out=r1)
+            numpy.negative(r1, out=r1)
+            # tmp24 = numpy.equal(zero3_exp, 1) -> m3
             numpy.equal(zero3_exp, 1.0, out=m3)
-            # tmp21 = tmp8/t -> r1
-            numpy.divide(r2, t, out=r1)
-            # tmp22 = numpy.equal(zero2_non_exp, 1) -> m4
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            # tmp23 = numpy.not_equal(dh, 0) -> m5
-            numpy.not_equal(dh, 0.0, out=m5)
-            # tmp24 = numpy.not_equal(qk_nope_head_dim, 0) -> m6
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m6)
-            # out = inv6*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), tmp10, numpy.where(tmp0, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp12, tmp7), 0, numpy.where(numpy.logical_and(tmp1,
-            #     tmp12), tmp10, numpy.where(tmp12, tmp11, 0))) +
-            #     numpy.where(numpy.logical_and(tmp22, numpy.logical_and(tmp23, tmp24)), inv2*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp23), inv3*tmp21,
-            #     numpy.where(numpy.logical_and(tmp22, tmp24), inv4*tmp21, numpy.where(tmp22,
-            #     inv5*tmp21, 0)))))
+            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
+            #     + numpy.where(numpy.logical_and(tmp13, tmp20), 0,
+            #     numpy.where(numpy.logical_and(tmp13, tmp14_mask), tmp22, numpy.where(tmp13, tmp23,
+            #     0))) + numpy.where(numpy.logical_and(tmp20, tmp24), 0,
+            #     numpy.where(numpy.logical_and(tmp14_mask, tmp24), tmp22, numpy.where(tmp24, tmp23,
+            #     0))))
             numpy.copyto(out, 0.0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.logical_and(m0, m1, out=m7)
-            numpy.copyto(out, r4, where=m7)
-            numpy.logical_and(m0, m2, out=m7)
-            numpy.copyto(out, 0.0, where=m7)
+            numpy.equal(zero2_non_exp, 1.0, out=m4)
+            numpy.multiply(inv2, r0, out=r2)
+            numpy.divide(r2, t, out=r2)
+            numpy.copyto(out, r2, where=m4)
             numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, r0, where=m3)
-            numpy.logical_and(m1, m3, out=m7)
-            numpy.copyto(r2, r4, where=m7)
-            numpy.logical_and(m3, m2, out=m7)
-            numpy.copyto(r2, 0.0, where=m7)
+            numpy.copyto(r2, r1, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m1, m2, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
             numpy.copyto(r2, 0.0)
-            numpy.multiply(inv5, r1, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.logical_and(m4, m6, out=m7)
-            numpy.multiply(inv4, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.multiply(inv3, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
-            numpy.logical_and(m4, m5, out=m7)
-            numpy.logical_and(m7, m6, out=m7)
-            numpy.multiply(inv2, r1, out=r3)
-            numpy.copyto(r2, r3, where=m7)
+            numpy.copyto(r2, r1, where=m3)
+            numpy.logical_and(m0, m3, out=m4)
+            numpy.copyto(r2, r4, where=m4)
+            numpy.logical_and(m2, m3, out=m4)
+            numpy.copyto(r2, 0.0, where=m4)
             numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv6, out=out)
+            numpy.multiply(out, inv3, out=out)
             numpy.multiply(out, score_factor_dp, out=out)
     return call.out
 
@@ -27765,7 +27283,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 53 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
+    # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -27783,9 +27301,12 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
         tmp10 = tmp8 + xp.where(xp.greater(ep, t_exp), 1, 0)/(xp.maximum(ep, t_exp)*xp.maximum(ep, t_exp))
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(xp.where(xp.logical_and(tmp0, tmp7), 0, xp.where(xp.logical_and(tmp0, tmp1), -tmp6*tmp8, xp.where(tmp0, -tmp5*tmp8, 0))) + xp.where(xp.logical_and(tmp7, tmp9), 0, xp.where(xp.logical_and(tmp1, tmp9), -tmp10*tmp6, xp.where(tmp9, -tmp10*tmp5, 0))))
         return _runtime.broadcast(xp, out, (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
@@ -27793,25 +27314,24 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+            tmp1 = numpy.not_equal(n_shared_exp, 0)
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
             inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
             inv1 = h*shared_expert_gate
             inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_zero_layer__d_ep",
-        ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
-        (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-        reals=6,
-        masks=5,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_zero_layer__d_ep",
+            ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
+            (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
+            reals=6,
+            masks=5,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m0
-            numpy.equal(zero3_exp, 1.0, out=m0)
-            # tmp1 = numpy.not_equal(n_shared_exp, 0) -> m1
-            numpy.not_equal(n_shared_exp, 0.0, out=m1)
+            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+            numpy.not_equal(n_shared_exp, 0.0, out=m0)
+            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+            numpy.equal(zero3_exp, 1.0, out=m1)
             # tmp4 = 1/numpy.maximum(1, etp) -> r0
             numpy.maximum(1.0, etp, out=r0)
             numpy.divide(1.0, r0, out=r0)
@@ -27825,8 +27345,8 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.add(r1, inv0, out=r1)
             # tmp6 = inv1 + tmp5 -> r0
             numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m1, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
             # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
             numpy.multiply(ep, ep, out=r2)
             numpy.multiply(r2, cp, out=r2)
@@ -27844,25 +27364,25 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             numpy.divide(r3, r5, out=r3)
             numpy.add(r3, r2, out=r3)
             # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1), -tmp6*tmp8, numpy.where(tmp0,
+            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
             #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
             #     -tmp10*tmp5, 0))))
             numpy.copyto(out, 0.0)
             numpy.multiply(r1, r2, out=r4)
             numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m0)
-            numpy.logical_and(m0, m1, out=m4)
+            numpy.copyto(out, r4, where=m1)
+            numpy.logical_and(m1, m0, out=m4)
             numpy.multiply(r0, r2, out=r4)
             numpy.negative(r4, out=r4)
             numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m0, m2, out=m4)
+            numpy.logical_and(m1, m2, out=m4)
             numpy.copyto(out, 0.0, where=m4)
             numpy.copyto(r4, 0.0)
             numpy.multiply(r3, r1, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m1, m3, out=m4)
+            numpy.logical_and(m0, m3, out=m4)
             numpy.multiply(r3, r0, out=r5)
             numpy.negative(r5, out=r5)
             numpy.copyto(r4, r5, where=m4)
@@ -27989,8 +27509,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
         tmp18 = xp.where(xp.less(tmp12, 1), 0, tmp11)
         out = 0.25*(score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + n_exp*tmp4 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a))*(2*bytes_grad*tmp16*tmp18/tmp13 - 2*bytes_grad*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2))
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp4 = 4*h
             tmp5 = a*h
@@ -28014,15 +27536,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
             inv4 = 2*bytes_grad
             inv5 = -2*bytes_grad
             inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dh*tmp5 + h*(dc_kv + dhr) + tmp5*(dhr + tmp6)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_t",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=11,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_t",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=11,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = shard_p_os_non_exp_partial/t -> r0
             numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
@@ -28225,8 +27745,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
         tmp26 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp25) + dc_kv + dh*tmp24 + h*(dc_kv + dhr) + tmp24*(dhr + tmp25)) + n_exp*tmp23 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 - n_exp*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) + tmp0*tmp1*tmp5*tmp8/tmp4 - tmp0*tmp1*tmp5*tmp8*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp17*tmp18*tmp22*tmp26/tmp21) - 0.25*(tmp17*tmp18*tmp22*tmp26*(tmp21 - 1)/(tmp21*tmp21)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = h*hff_exp*n_ffMM
             tmp7 = hff_exp*(n_ffMM - 1)
@@ -28256,15 +27778,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             inv3 = -n_exp
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_cp",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=15,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_cp",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
+            reals=15,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -28446,8 +27966,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
         tmp4 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = -n_exp*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(h*n_ffMM*tmp2 + mlp_bias*(h + tmp2*(n_ffMM - 1)))*(2*bytes_grad*(tmp4 - 1)*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = n_ffMM - 1
             inv1 = h*n_ffMM
@@ -28465,15 +27987,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
             inv4 = 1 - shard_spans_cp
             inv5 = 2*bytes_grad
             inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_ep",
-        ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
-        (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-        reals=7,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_ep",
+            ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+            (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
+            reals=7,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
             numpy.divide(shard_p_os_exp, t_exp, out=r0)
@@ -28625,8 +28145,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
         tmp16 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(dc_kv*n_kv*(dh + tmp15) + dc_kv + dh*tmp14 + h*(dc_kv + dhr) + tmp14*(dhr + tmp15)) + n_exp*tmp13 + 8*n_qknorm*xp.where(xp.not_equal(dh, 0), dh, h/a)
         out = 2*bytes_grad*score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp0*tmp1*tmp5*tmp6/tmp4 - tmp0*tmp1*tmp5*tmp6*(tmp4 - 1)/(tmp4*tmp4) + 0.25*(tmp12*tmp16*tmp7*tmp8/tmp11) - 0.25*(tmp12*tmp16*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11)))*xp.where(xp.greater(shard_p_os_non_exp_partial, t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), 1/m, 1)
         return _runtime.broadcast(xp, out, (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
             tmp13 = 4*h
@@ -28650,15 +28172,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             inv2 = -0.25*tmp16
             inv3 = 1 - shard_spans_cp
             inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_d",
-        ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-        reals=10,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_d",
+            ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
+            reals=10,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp0 = 1/t_exp -> r0
             numpy.divide(1.0, t_exp, out=r0)
@@ -28844,8 +28364,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
         tmp21 = xp.maximum(1, t*tmp11/shard_p_os_non_exp_partial)
         out = score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) + tmp13*tmp20*(2*tmp21 - 2)/tmp21 - tmp20*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) + tmp14*tmp4*(2*tmp12 - 2)/tmp12)
         return _runtime.broadcast(xp, out, (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp2 = h*hff_exp*n_ffMM
             tmp3 = hff_exp*(n_ffMM - 1)
@@ -28867,15 +28389,13 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
             tmp19 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp19) + dc_kv + dh*tmp18 + h*(dc_kv + dhr) + tmp18*(dhr + tmp19))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-    call = _runtime.Call(
-        "stage_dp_mla_q_direct_moe_fsdp_layer__d_m",
-        ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
-        (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-        reals=14,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "stage_dp_mla_q_direct_moe_fsdp_layer__d_m",
+            ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+            (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
+            reals=14,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
             # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
             numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)

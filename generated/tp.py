@@ -310,22 +310,22 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
         (b, bytes_compute, h, s, t) = _runtime.floats(xp, (b, bytes_compute, h, s, t))
         out = b*bytes_compute*h*s*xp.where(xp.greater_equal(t, 8), 0.6875, 1)
         return _runtime.broadcast(xp, out, (b, bytes_compute, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = bytes_compute*h*s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (bytes_compute, h, s) = _runtime.reals("tp_legacy_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
             inv0 = bytes_compute*h*s
-    call = _runtime.Call(
-        "tp_legacy_gather_bytes",
-        ("b", "bytes_compute", "h", "s", "t", "inv0"),
-        (b, bytes_compute, h, s, t, inv0),
-        reals=0,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "tp_legacy_gather_bytes",
+            ("b", "bytes_compute", "h", "s", "t", "inv0"),
+            (b, bytes_compute, h, s, t, inv0),
+            reals=0,
+            masks=1,
+        )
         for out, m0, b, bytes_compute, h, s, t, inv0 in call.blocks():
             # out = b*inv0*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
             numpy.copyto(out, 1.0)

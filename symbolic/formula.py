@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import keyword
 from dataclasses import dataclass, field
 
@@ -63,7 +64,11 @@ class Formula:
         if not self.doc.strip() or not self.source.strip():
             raise ValueError(f"formula {self.name}: doc and source must say what it counts and where it comes from")
 
-    @property
+    @functools.cached_property
     def arguments(self) -> tuple[str, ...]:
-        """The free symbols' names, sorted: the generated function's keyword arguments."""
+        """The free symbols' names, sorted: the generated function's keyword arguments.
+
+        Computed once per formula: a walk over SymPy's tree is slow, and the reference adapters
+        read the arguments at every layer of every stage.
+        """
         return tuple(sorted(s.name for s in self.expr.free_symbols))

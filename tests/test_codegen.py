@@ -92,6 +92,36 @@ def test_lowered_form_is_plain_frozen_strings():
     assert all(st.startswith("numpy.") for step in low.steps for st in step.statements)
 
 
+def test_a_choice_among_branches_made_by_model_fields_alone_is_made_once_per_call():
+    """Branches that share a per-layout condition and differ in a model-only condition and factor
+    become one branch whose model-only choice is hoisted; a hoisted condition the blocks read as a
+    mask is computed there again. Same numbers as the registered expression, every branch taken."""
+    from codegen.compiler import _render_function
+    from generated import _runtime as runtime
+
+    z, n_exp, ep = syms("zero3_non_exp", "n_exp", "ep")
+    expr = Piecewise((h * s / t, Eq(z, 1) & sympy.Ne(dh, 0)), (h * a / t, Eq(z, 1)), (0, True)) + Piecewise(
+        (Rational(1, 16) * cp, Eq(n_exp, 1)), (cp / Max(1, ep), True))
+    low = lower(formula("model_test_invariant_pieces", expr))
+    assert low.rewrite.startswith("invariant_pieces")
+    hoisted = dict(low.hoisted)
+    assert any("numpy.not_equal(dh, 0)" in code for code in hoisted.values())  # dh ≠ 0 decided once per call
+    assert not any("dh" in st.code for st in low.steps)
+    namespace = {"numpy": np, "_runtime": runtime}
+    exec(_render_function(environment(), low), namespace)
+    rng = np.random.default_rng(3)
+    n = 50
+    layouts = {"t": rng.integers(1, 9, n).astype(float), "cp": rng.integers(1, 9, n).astype(float),
+               "ep": rng.integers(1, 9, n).astype(float), "zero3_non_exp": rng.integers(0, 2, n).astype(float)}
+    symbols = sorted(expr.free_symbols, key=lambda x: x.name)
+    reference = sympy.lambdify(symbols, expr, "math")  # one layout at a time, in Python floats
+    for model in ({"dh": 0.0, "n_exp": 1.0}, {"dh": 128.0, "n_exp": 1.0}, {"dh": 0.0, "n_exp": 8.0},
+                  {"dh": 64.0, "n_exp": 256.0}):
+        args = {"s": 4096.0, "h": 7168.0, "a": 128.0, **model, **layouts}
+        want = [reference(*(float(np.broadcast_to(args[x.name], (n,))[i]) for x in symbols)) for i in range(n)]
+        np.testing.assert_allclose(namespace[low.name](**args), want, rtol=1e-13, atol=0, err_msg=str(model))
+
+
 def test_op_count_is_count_ops_of_the_cse_form():
     low = lower(formula("model_test_ops_1", s * b + s * b * h))
     temps = {n: sympy.sympify(c.replace("numpy.", "")) for n, c in low.temporaries}

@@ -145,6 +145,28 @@ def test_blocks_and_shared_keys_do_not_change_the_prices(monkeypatch):
         np.testing.assert_allclose(timed.sum[i], want.sum(), rtol=RTOL, atol=0)
 
 
+def test_one_pricer_called_again_with_other_shared_keys_prices_as_a_fresh_one():
+    """What a pricer keeps between calls (the arguments shared by a batch, per set of shared keys and
+    settings) never leaks into a call whose shared keys or settings differ."""
+    qwen = load_model("qwen3-72b")
+    d = np.array([32, 16, 8, 1])
+    calls = [dict(d=d, t=4, p=8, cp=2, m=144), dict(d=d, t=8, p=8, cp=1, m=144), dict(d=d, t=4, p=8, cp=2, m=144, b=2),
+             dict(d=d, t=np.array([4, 8, 4, 8]), p=8, cp=2, m=144), dict(d=4, t=np.array([4, 8]), p=8, cp=1, m=144)]
+    kept = StagePricer(qwen, ttype="TIME", device="A3")
+    for arrays in calls * 2:
+        again = kept(**arrays)
+        fresh = StagePricer(qwen, ttype="TIME", device="A3")(**arrays)
+        np.testing.assert_array_equal(again.bottleneck, fresh.bottleneck, err_msg=str(arrays))
+        np.testing.assert_array_equal(again.sum, fresh.sum, err_msg=str(arrays))
+    # A column the caller changes after a call is read again (nothing is kept by the array's identity).
+    t = np.array([4, 8, 4, 8])
+    first = kept(d=d, t=t, p=8, cp=2, m=144).bottleneck
+    t[:] = 4
+    np.testing.assert_array_equal(kept(d=d, t=t, p=8, cp=2, m=144).bottleneck,
+                                  StagePricer(qwen, ttype="TIME", device="A3")(d=d, t=4, p=8, cp=2, m=144).bottleneck)
+    assert not np.array_equal(first, kept(d=d, t=t, p=8, cp=2, m=144).bottleneck)
+
+
 def test_the_maximum_is_taken_when_sums_can_be_negative():
     """Leaving out outweighed stages needs sums >= 0; otherwise every kind of stage is compared."""
     model = load_model("qwen3-72b")

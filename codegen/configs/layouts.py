@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .models import ModelConfig
 
 __all__ = [
+    "ARRAY_KEYS",
     "LAYOUT_CONSTRAINTS",
     "LAYOUT_FIELD_NAMES",
     "Layout",
@@ -361,6 +362,8 @@ def parse_layout(text: str, defaults: Layout | None = None, *, fsdp: bool | None
 
 # Integer keys a batch holds one value of per layout, and the run settings its layouts share.
 _ARRAY_KEYS = ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os")
+#: The integer keys a :class:`LayoutBatch` holds one value of per layout.
+ARRAY_KEYS = _ARRAY_KEYS
 _SHARED_KEYS = ("op", "grad_shard", "sp", "fsdp", "reshards", "cp_algo", "s", "offset", "recompute")
 
 #: :attr:`LayoutBatch.os` of a layout that shards the optimizer over the whole DP group
@@ -374,6 +377,14 @@ def _int_column(name: str, values: Any, minimum: int) -> np.ndarray:
     Through the one input gate (``codegen.inputs.int_array``): unsigned and too large values are
     rejected before the cast, never wrapped; floats, booleans and strings are not whole numbers here.
     """
+    if type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1 and len(values):
+        # The usual column (an enumerator's int64 array, or a broadcast default): one min and one max
+        # decide the gate; the general path below gives the same answer and the error message.
+        probe = values[:1] if values.strides == (0,) else values
+        if int(probe.min()) >= minimum and int(probe.max()) <= bound(name):
+            column = values.view()
+            column.flags.writeable = False
+            return column
     if np.ndim(values) != 1 and not (values is None or isinstance(values, (str, bytes))):
         raise LayoutError(f"{name}: expected one value per layout (a one-dimensional array), "
                           f"got shape {np.shape(values)}")
@@ -411,6 +422,81 @@ def _pipeline_is(pipeline: tuple[int, int] | None, p: Any, vp: Any) -> Any:
     if pipeline is None:
         return True
     return (p == pipeline[0]) & (vp == pipeline[1])
+
+
+def _gate_together(batch: Any) -> frozenset[str]:
+    """The keys of *batch* whose columns pass the input gate, found with one reduction over them all.
+
+    A batch of N layouts usually arrives as several int64 columns of one length: stacked, their
+    minima and maxima come from two reductions instead of two per column. A key is named only
+    when its column is a one-dimensional int64 array of that length within its bounds; every
+    other column (and the error message of a bad one) goes through :func:`_int_column` as before.
+    """
+    names, columns = [], []
+    for name in _ARRAY_KEYS:
+        column = getattr(batch, name)
+        if (type(column) is np.ndarray and column.dtype == np.int64 and column.ndim == 1 and column.strides != (0,)
+                and id(column) not in _DEFAULT_COLUMN_IDS.get(name, ())):
+            names.append(name)
+            columns.append(column)
+    if len(columns) < 2 or len({len(c) for c in columns}) != 1 or not len(columns[0]):
+        return frozenset()
+    stacked = np.stack(columns)
+    lows, highs = stacked.min(axis=1).tolist(), stacked.max(axis=1).tolist()
+    return frozenset(name for name, low, high in zip(names, lows, highs)
+                     if (0 if name == "os" else 1) <= low and high <= bound(name))
+
+
+def _default_column(value: int, length: int) -> np.ndarray:
+    """The read-only broadcast column of a default key *value* over *length* layouts, made once.
+
+    A searcher calls :meth:`LayoutBatch.from_arrays` many times with the same defaults and
+    length: the column is made and gated once (``int_array``), and a batch that gets this very
+    array skips the gate.
+    """
+    key = (value, length)
+    column = _DEFAULT_COLUMNS.get(key)
+    if column is None:
+        if len(_DEFAULT_COLUMNS) >= 256:
+            _DEFAULT_COLUMNS.clear()
+            _DEFAULT_COLUMN_IDS.clear()
+        column = np.broadcast_to(np.int64(value), (length,))  # read-only: no caller can change it later
+        _DEFAULT_COLUMNS[key] = column
+        for name in _ARRAY_KEYS:
+            if int(value) >= (0 if name == "os" else 1) and int(value) <= bound(name):
+                _DEFAULT_COLUMN_IDS.setdefault(name, set()).add(id(column))
+    return column
+
+
+#: Default columns by (value, length), and per key the ids of those within its bounds (the cache
+#: holds every array it names, so an id cannot be reused while it is listed).
+_DEFAULT_COLUMNS: dict[tuple[int, int], np.ndarray] = {}
+_DEFAULT_COLUMN_IDS: dict[str, set[int]] = {}
+
+
+def _checked_settings(values: tuple[Any, ...]) -> Any:
+    """The normalised offset of run settings (in :data:`_SHARED_KEYS` order) that pass Layout's own checks.
+
+    A searcher builds many batches with the same settings: each set is checked once. The key holds
+    each value's type and repr, so that ``1`` never stands in for ``True`` (they compare equal).
+
+    Raises:
+        LayoutError: as :class:`Layout` does, naming the setting.
+    """
+    # Settings hash as they are, with their types (so that 1 and True differ); the offset by its repr,
+    # since a nested True would equal a 1 inside a tuple.
+    key = tuple((type(value), repr(value) if name == "offset" else value) for name, value in zip(_SHARED_KEYS, values))
+    offset = _SETTINGS_CHECKED.get(key, _UNCHECKED)
+    if offset is _UNCHECKED:
+        offset = Layout(d=1, t=1, p=1, m=1, **dict(zip(_SHARED_KEYS, values))).offset
+        if len(_SETTINGS_CHECKED) >= 256:
+            _SETTINGS_CHECKED.clear()
+        _SETTINGS_CHECKED[key] = offset
+    return offset
+
+
+_SETTINGS_CHECKED: dict[tuple[Any, ...], Any] = {}
+_UNCHECKED = object()
 
 
 @dataclass(frozen=True, eq=False)
@@ -460,9 +546,15 @@ class LayoutBatch:
     recompute_pipeline: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        passed = _gate_together(self)
         length = None
         for name in _ARRAY_KEYS:
-            column = _int_column(name, getattr(self, name), minimum=0 if name == "os" else 1)
+            column = getattr(self, name)
+            if name in passed:
+                column = column.view()  # read-only, the caller's array left writable
+                column.flags.writeable = False
+            elif id(column) not in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
+                column = _int_column(name, column, minimum=0 if name == "os" else 1)
             if length is None:
                 length = len(column)
             elif len(column) != length:
@@ -470,9 +562,7 @@ class LayoutBatch:
                                   f"of each key per layout")
             object.__setattr__(self, name, column)
         check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
-        # The shared settings pass Layout's own checks, which also normalise the offset.
-        shared = Layout(d=1, t=1, p=1, m=1, **{name: getattr(self, name) for name in _SHARED_KEYS})
-        object.__setattr__(self, "offset", shared.offset)
+        object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS)))
         for name in ("offset_pipeline", "recompute_pipeline"):
             pipeline = getattr(self, name)
             if pipeline is not None:
@@ -525,7 +615,7 @@ class LayoutBatch:
             raise LayoutError(f"defaults: must be a Layout or None, got {defaults!r}")
         length = next((np.shape(value)[0] for value in given.values() if np.ndim(value) >= 1), 1)
         columns = {name: (given[name] if np.ndim(given[name]) >= 1 else np.broadcast_to(given[name], (length,)))
-                   if name in given else np.broadcast_to(np.int64(getattr(template, name) or 0), (length,))
+                   if name in given else _default_column(getattr(template, name) or 0, length)
                    for name in _ARRAY_KEYS}
         if "os" not in given and template.os is not None:
             dp = _int_column("d", columns["d"], minimum=1)
@@ -832,6 +922,12 @@ def _float_column(value: Any, length: int) -> np.ndarray:
 def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
                 names: Sequence[str] | None = None, *, compact: bool = False) -> dict[str, Any]:
     """The fields of :func:`derive_fields_batch` (all, or *names*), without validating the batch."""
+    n = len(batch)
+    if names is not None and all(name in _FIELD_RULES for name in names):
+        # Layout fields alone (a pricer that keeps the shared ones from an earlier call of the same
+        # settings): nothing of the model or the run settings to assemble.
+        return {name: float(value) if compact and np.ndim(value) == 0 else _float_column(value, n)
+                for name, value in _layout_fields(model, batch, names, compact=compact).items()}
     out: dict[str, Any] = model.fields()
     if batch.s is not None:
         out["s"] = float(batch.s)
@@ -841,7 +937,6 @@ def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
         if unknown:
             known = sorted(set(out) | set(shared) | set(LAYOUT_FIELD_NAMES))
             raise ValueError(f"names: no such field {', '.join(map(repr, unknown))}; the fields are {', '.join(known)}")
-    n = len(batch)
     for name, value in _layout_fields(model, batch, names, compact=compact).items():
         out[name] = float(value) if compact and np.ndim(value) == 0 else _float_column(value, n)
     out.update(shared)

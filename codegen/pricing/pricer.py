@@ -36,11 +36,11 @@ import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
+from ..configs.layouts import ARRAY_KEYS, LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .levels import score_factors
-from .stages import BIND_SOURCES, TTYPES, Fields, Terms, bind, evaluate_terms, stage_outputs, terms_of, variant_of
+from .stages import BIND_SOURCES, TTYPES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
 
 __all__ = ["StagePricer", "StagePrices"]
 
@@ -269,8 +269,8 @@ class StagePricer:
         self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._counts_used: dict[Any, tuple[str, ...]] = {}
         self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
-        self._fields: dict[Any, tuple[str, ...]] = {}
-        self._variants: dict[Any, Mapping[str, str]] = {}
+        self._value_plans: dict[Any, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {}
+        self._variants: dict[Any, Terms] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
                  **arrays: Any) -> StagePrices:
@@ -315,7 +315,7 @@ class StagePricer:
             pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
             values = self._values(block, _needed(sums))
-            evaluated = evaluate_terms((name for group in sums.names for name in group), values)
+            evaluated = {name: function(**{a: values[a] for a in arguments}) for name, function, arguments in _calls(sums)}
             parts = [_add([evaluated[name] for name in group]) for group in sums.names]
             _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
         stages = None
@@ -349,12 +349,12 @@ class StagePricer:
     def _terms(self, batch: LayoutBatch, degrees: Sequence[str] = ()) -> Terms:
         """The variant's terms: the fields that pick it are the model's and the run's (the batch's shared
         settings), so one layout tells, once per set of settings."""
-        key = batch.settings()
-        variant = self._variants.get(key)
-        if variant is None:
+        key = (batch.settings(), tuple(degrees))
+        terms = self._variants.get(key)
+        if terms is None:
             probe = derive_fields_batch(self.model, batch.subset(slice(0, 1)), validated=True, compact=True)
-            variant = self._variants[key] = variant_of(Fields(probe))
-        return terms_of(variant, degrees)
+            terms = self._variants[key] = terms_of(variant_of(Fields(probe)), degrees)
+        return terms
 
     def _plan(self, terms: Terms, block: LayoutBatch, pipelines: _Pipelines) -> tuple[_Sums, _StageTables]:
         """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""
@@ -387,14 +387,32 @@ class StagePricer:
         return self._counts[key]
 
     def _values(self, batch: LayoutBatch, needed: frozenset[str] | set[str]) -> dict[str, Any]:
-        """The terms' arguments *needed* for the layouts of *batch*: shared ones as numbers, the rest arrays."""
-        key = frozenset(needed)
-        fields = self._fields.get(key)
-        if fields is None:
-            wanted = {source for name in needed for source in BIND_SOURCES.get(name, (name,))}
-            fields = self._fields[key] = tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
-        derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
-        return bind(Fields(derived), needed, system=self.system, ttype=self.ttype, score=self._score)
+        """The terms' arguments *needed* for the layouts of *batch*: shared ones as numbers, the rest arrays.
+
+        Which arguments are one number for the whole batch, and their values, follow from the run
+        settings and from the keys every layout shares (a stride-0 column and its value): per such
+        shape of batch they are derived and bound once, and later calls derive and bind only the
+        arguments that vary per layout.
+        """
+        needed = frozenset(needed)
+        shape = (needed, batch.settings(),
+                 tuple(int(column[0]) if column.strides == (0,) else None
+                       for column in (getattr(batch, key) for key in ARRAY_KEYS)))
+        plan = self._value_plans.get(shape)
+        if plan is not None:
+            shared, varying, fields = plan
+            derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
+            return {**shared, **bind(Fields(derived), varying, system=self.system, ttype=self.ttype,
+                                     score=self._score)}
+        values = bind(Fields(derive_fields_batch(self.model, batch, names=_sources(needed), validated=True,
+                                                 compact=True)),
+                      needed, system=self.system, ttype=self.ttype, score=self._score)
+        varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
+        if len(self._value_plans) >= 1024:
+            self._value_plans.clear()
+        self._value_plans[shape] = ({name: value for name, value in values.items() if name not in varying},
+                                    varying, _sources(varying))
+        return values
 
     def _stages(self, batch: LayoutBatch, terms: Terms, outputs: Sequence[str], *, wrt: str | None = None,
                 only: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -425,6 +443,22 @@ class StagePricer:
 def _needed(sums: _Sums) -> frozenset[str]:
     """The arguments the term groups read."""
     return frozenset(a for group in sums.names for name in group for a in _arguments(name))
+
+
+@functools.lru_cache(maxsize=64)
+def _calls(sums: _Sums) -> tuple[tuple[str, Callable[..., np.ndarray], tuple[str, ...]], ...]:
+    """Each generated term the groups add, once: its name, its function and its arguments."""
+    import generated
+
+    names = dict.fromkeys(name for group in sums.names for name in group)
+    return tuple((name, getattr(generated, name), generated.FORMULAS[name]["arguments"]) for name in names)
+
+
+@functools.lru_cache(maxsize=256)
+def _sources(names: frozenset[str]) -> tuple[str, ...]:
+    """The fields :func:`bind` reads for the arguments *names* (layer counts are no fields)."""
+    wanted = {source for name in names for source in BIND_SOURCES.get(name, (name,))}
+    return tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
 
 
 @functools.cache

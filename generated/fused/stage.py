@@ -573,24 +573,17 @@ def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, 
 @_runtime.kernel
 def _stage_dp_standard_dense_zero_layer(out, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dh[i]*n_kv[i]
-        tmp2 = 0.5*n_attMM[i]
-        tmp3 = 2*n_qknorm[i]
-        tmp4 = h[i]*o_bias[i]
-        tmp5 = a[i]*dh[i]
-        tmp6 = h[i]*tmp5
-        tmp7 = 0.25*n_attMM[i]
-        tmp8 = attn_output_gate[i] + 1
-        tmp9 = qkv_bias[i]*tmp8
-        tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-        tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-        tmp12 = (zero3_non_exp[i] == 1)
-        tmp13 = (dh[i] != 0)
-        tmp15 = n_kv[i]/a[i]
-        tmp16 = (h[i]*h[i])
-        tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-        tmp19 = (zero2_non_exp[i] == 1)
-        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))
+        tmp0 = 2*n_qknorm[i]
+        tmp1 = a[i]*dh[i]
+        tmp2 = 0.25*n_attMM[i]
+        tmp3 = h[i]*tmp2
+        tmp4 = h[i] + qkv_bias[i]
+        tmp5 = 0.5*(n_attMM[i]*n_kv[i]*tmp4)
+        tmp6 = tmp4*(attn_output_gate[i] + 1)
+        tmp7 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+        tmp8 = h[i]/a[i]
+        tmp9 = (dh[i]*tmp0 + dh[i]*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias[i] + tmp1) + tmp7 if (dh[i] != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h[i] + o_bias[i]) + tmp5*tmp8 + tmp7)/t[i]
+        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0))
 
 
 def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -662,7 +655,7 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 75 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 56 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_standard_dense_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -675,24 +668,17 @@ def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, com
 @_runtime.kernel
 def _stage_dp_unconverted_standard_dense_zero_layer(out, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dh[i]*n_kv[i]
-        tmp2 = 0.5*n_attMM[i]
-        tmp3 = 2*n_qknorm[i]
-        tmp4 = h[i]*o_bias[i]
-        tmp5 = a[i]*dh[i]
-        tmp6 = h[i]*tmp5
-        tmp7 = 0.25*n_attMM[i]
-        tmp8 = attn_output_gate[i] + 1
-        tmp9 = qkv_bias[i]*tmp8
-        tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-        tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-        tmp12 = (zero3_non_exp[i] == 1)
-        tmp13 = (dh[i] != 0)
-        tmp15 = n_kv[i]/a[i]
-        tmp16 = (h[i]*h[i])
-        tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-        tmp19 = (zero2_non_exp[i] == 1)
-        out[i] = (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))
+        tmp0 = 2*n_qknorm[i]
+        tmp1 = a[i]*dh[i]
+        tmp2 = 0.25*n_attMM[i]
+        tmp3 = h[i]*tmp2
+        tmp4 = h[i] + qkv_bias[i]
+        tmp5 = 0.5*(n_attMM[i]*n_kv[i]*tmp4)
+        tmp6 = tmp4*(attn_output_gate[i] + 1)
+        tmp7 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+        tmp8 = h[i]/a[i]
+        tmp9 = (dh[i]*tmp0 + dh[i]*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias[i] + tmp1) + tmp7 if (dh[i] != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h[i] + o_bias[i]) + tmp5*tmp8 + tmp7)/t[i]
+        out[i] = (tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0)
 
 
 def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
@@ -757,7 +743,7 @@ def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_outp
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 52 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_standard_dense_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -5056,35 +5042,29 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
 @_runtime.kernel
 def _stage_dp_standard_moe_zero_layer(out, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dh[i]*n_kv[i]
-        tmp2 = 0.5*n_attMM[i]
-        tmp3 = 2*n_qknorm[i]
-        tmp4 = h[i]*o_bias[i]
-        tmp5 = a[i]*dh[i]
-        tmp6 = h[i]*tmp5
-        tmp7 = 0.25*n_attMM[i]
-        tmp8 = attn_output_gate[i] + 1
-        tmp9 = qkv_bias[i]*tmp8
-        tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-        tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-        tmp12 = (zero3_non_exp[i] == 1)
-        tmp13 = (dh[i] != 0)
-        tmp15 = n_kv[i]/a[i]
-        tmp16 = (h[i]*h[i])
-        tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-        tmp18 = (zero3_exp[i] == 1)
-        tmp19 = (n_shared_exp[i] != 0)
-        tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-        tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-        tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-        tmp24 = h[i]*shared_expert_gate[i] + tmp23
-        tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-        tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = (zero2_non_exp[i] == 1)
-        tmp31 = (zero2_exp[i] == 1)
-        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0))))
+        tmp0 = 2*n_qknorm[i]
+        tmp1 = a[i]*dh[i]
+        tmp2 = 0.25*n_attMM[i]
+        tmp3 = h[i]*tmp2
+        tmp4 = h[i] + qkv_bias[i]
+        tmp5 = 0.5*(n_attMM[i]*n_kv[i]*tmp4)
+        tmp6 = tmp4*(attn_output_gate[i] + 1)
+        tmp7 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+        tmp8 = h[i]/a[i]
+        tmp9 = (dh[i]*tmp0 + dh[i]*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias[i] + tmp1) + tmp7 if (dh[i] != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h[i] + o_bias[i]) + tmp5*tmp8 + tmp7)/t[i]
+        tmp10 = 1/cp[i]
+        tmp11 = (zero3_exp[i] == 1)
+        tmp12 = (n_shared_exp[i] != 0)
+        tmp13 = h[i]*hff_exp[i]*n_ffMM[i]
+        tmp14 = hff_exp[i]*(n_ffMM[i] - 1)
+        tmp15 = 1/numpy.maximum(1, etp[i])
+        tmp16 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp14) + tmp13)
+        tmp17 = h[i]*shared_expert_gate[i] + tmp16
+        tmp18 = ((tmp17 == 0) if tmp12 else (tmp16 == 0))
+        tmp19 = tmp10/(ep[i]*t_exp[i])
+        tmp20 = (zero2_exp[i] == 1)
+        tmp21 = tmp19 + 1/numpy.maximum(ep[i], t_exp[i])
+        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(tmp10 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp11 and tmp18) else (tmp17*tmp19 if (tmp11 and tmp12) else (tmp16*tmp19 if tmp11 else 0))) + (0 if (tmp18 and tmp20) else (tmp17*tmp21 if (tmp12 and tmp20) else (tmp16*tmp21 if tmp20 else 0))))
 
 
 def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5181,7 +5161,7 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 111 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 90 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_standard_moe_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -5194,35 +5174,29 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
 @_runtime.kernel
 def _stage_dp_unconverted_standard_moe_zero_layer(out, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dh[i]*n_kv[i]
-        tmp2 = 0.5*n_attMM[i]
-        tmp3 = 2*n_qknorm[i]
-        tmp4 = h[i]*o_bias[i]
-        tmp5 = a[i]*dh[i]
-        tmp6 = h[i]*tmp5
-        tmp7 = 0.25*n_attMM[i]
-        tmp8 = attn_output_gate[i] + 1
-        tmp9 = qkv_bias[i]*tmp8
-        tmp10 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-        tmp11 = (dh[i]*tmp3 + tmp10 + tmp2*(h[i]*tmp1 + qkv_bias[i]*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t[i]
-        tmp12 = (zero3_non_exp[i] == 1)
-        tmp13 = (dh[i] != 0)
-        tmp15 = n_kv[i]/a[i]
-        tmp16 = (h[i]*h[i])
-        tmp17 = (tmp10 + tmp2*(h[i]*qkv_bias[i]*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h[i]*tmp9 + tmp16*tmp8) + h[i]*tmp3/a[i])/t[i]
-        tmp18 = (zero3_exp[i] == 1)
-        tmp19 = (n_shared_exp[i] != 0)
-        tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-        tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-        tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-        tmp24 = h[i]*shared_expert_gate[i] + tmp23
-        tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-        tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = (zero2_non_exp[i] == 1)
-        tmp31 = (zero2_exp[i] == 1)
-        out[i] = (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp[i] if (tmp13 and tmp30) else (tmp17 + tmp17/cp[i] if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp31 else 0)))
+        tmp0 = 2*n_qknorm[i]
+        tmp1 = a[i]*dh[i]
+        tmp2 = 0.25*n_attMM[i]
+        tmp3 = h[i]*tmp2
+        tmp4 = h[i] + qkv_bias[i]
+        tmp5 = 0.5*(n_attMM[i]*n_kv[i]*tmp4)
+        tmp6 = tmp4*(attn_output_gate[i] + 1)
+        tmp7 = attn_extra_p[i] + h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+        tmp8 = h[i]/a[i]
+        tmp9 = (dh[i]*tmp0 + dh[i]*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias[i] + tmp1) + tmp7 if (dh[i] != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h[i] + o_bias[i]) + tmp5*tmp8 + tmp7)/t[i]
+        tmp10 = 1/cp[i]
+        tmp11 = (zero3_exp[i] == 1)
+        tmp12 = (n_shared_exp[i] != 0)
+        tmp13 = h[i]*hff_exp[i]*n_ffMM[i]
+        tmp14 = hff_exp[i]*(n_ffMM[i] - 1)
+        tmp15 = 1/numpy.maximum(1, etp[i])
+        tmp16 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp14) + tmp13)
+        tmp17 = h[i]*shared_expert_gate[i] + tmp16
+        tmp18 = ((tmp17 == 0) if tmp12 else (tmp16 == 0))
+        tmp19 = tmp10/(ep[i]*t_exp[i])
+        tmp20 = (zero2_exp[i] == 1)
+        tmp21 = tmp19 + 1/numpy.maximum(ep[i], t_exp[i])
+        out[i] = (tmp9 if (zero3_non_exp[i] == 1) else 0) + (tmp9*(tmp10 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp11 and tmp18) else (tmp17*tmp19 if (tmp11 and tmp12) else (tmp16*tmp19 if tmp11 else 0))) + (0 if (tmp18 and tmp20) else (tmp17*tmp21 if (tmp12 and tmp20) else (tmp16*tmp21 if tmp20 else 0)))
 
 
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5314,7 +5288,7 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 107 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 86 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_standard_moe_zero_layer",
         ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -5660,25 +5634,20 @@ def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gat
 @_runtime.kernel
 def _stage_dp_mla_q_latent_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dc_kv[i]*n_kv[i]
-        tmp2 = a[i]*dc_q[i]
-        tmp3 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-        tmp4 = 0.25*n_attMM[i]
-        tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-        tmp6 = 2*dh[i]
-        tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-        tmp8 = n_qknorm[i]*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t[i]
-        tmp10 = (zero3_non_exp[i] == 1)
-        tmp11 = (dh[i] != 0)
-        tmp12 = (qk_nope_head_dim[i] != 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t[i]
-        tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp16 = (tmp15 + tmp5)/t[i]
-        tmp17 = (tmp13 + tmp15)/t[i]
-        tmp19 = (zero2_non_exp[i] == 1)
-        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*dc_q[i]
+        tmp2 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0))
 
 
 def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -5763,7 +5732,7 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 80 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 64 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_latent_dense_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -5776,25 +5745,20 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
 @_runtime.kernel
 def _stage_dp_unconverted_mla_q_latent_dense_zero_layer(out, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dc_kv[i]*n_kv[i]
-        tmp2 = a[i]*dc_q[i]
-        tmp3 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-        tmp4 = 0.25*n_attMM[i]
-        tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-        tmp6 = 2*dh[i]
-        tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-        tmp8 = n_qknorm[i]*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t[i]
-        tmp10 = (zero3_non_exp[i] == 1)
-        tmp11 = (dh[i] != 0)
-        tmp12 = (qk_nope_head_dim[i] != 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t[i]
-        tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp16 = (tmp15 + tmp5)/t[i]
-        tmp17 = (tmp13 + tmp15)/t[i]
-        tmp19 = (zero2_non_exp[i] == 1)
-        out[i] = (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*dc_q[i]
+        tmp2 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0)
 
 
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -5874,7 +5838,7 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 60 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
         ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -6115,36 +6079,32 @@ def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
 @_runtime.kernel
 def _stage_dp_mla_q_latent_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp0 = (zero3_exp[i] == 1)
-        tmp1 = (n_shared_exp[i] != 0)
-        tmp2 = h[i]*hff_exp[i]*n_ffMM[i]
-        tmp3 = hff_exp[i]*(n_ffMM[i] - 1)
-        tmp5 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp3/numpy.maximum(1, etp[i])) + tmp2/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp3) + tmp2)
-        tmp6 = h[i]*shared_expert_gate[i] + tmp5
-        tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
-        tmp9 = 1/(cp[i]*ep[i]*t_exp[i])
-        tmp10 = tmp6*tmp9
-        tmp11 = tmp5*tmp9
-        tmp13 = dc_kv[i]*n_kv[i]
-        tmp14 = a[i]*dc_q[i]
-        tmp15 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-        tmp16 = 0.25*n_attMM[i]
-        tmp17 = tmp16*(tmp13*(dh[i] + qk_nope_head_dim[i]) + tmp14*(dhr[i] + qk_nope_head_dim[i]) + tmp15)
-        tmp18 = 2*dh[i]
-        tmp19 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-        tmp20 = n_qknorm[i]*tmp18 + tmp19
-        tmp21 = (tmp17 + tmp20)/t[i]
-        tmp22 = (zero3_non_exp[i] == 1)
-        tmp23 = (dh[i] != 0)
-        tmp24 = (qk_nope_head_dim[i] != 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh[i] + dhr[i]) + tmp15)
-        tmp26 = (tmp20 + tmp25)/t[i]
-        tmp27 = tmp19 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp28 = (tmp17 + tmp27)/t[i]
-        tmp29 = (tmp25 + tmp27)/t[i]
-        tmp30 = (zero2_exp[i] == 1)
-        tmp32 = (zero2_non_exp[i] == 1)
-        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0)))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*dc_q[i]
+        tmp2 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        tmp13 = 1/cp[i]
+        tmp14 = (zero3_exp[i] == 1)
+        tmp15 = (n_shared_exp[i] != 0)
+        tmp16 = h[i]*hff_exp[i]*n_ffMM[i]
+        tmp17 = hff_exp[i]*(n_ffMM[i] - 1)
+        tmp18 = 1/numpy.maximum(1, etp[i])
+        tmp19 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp17) + tmp16)
+        tmp20 = h[i]*shared_expert_gate[i] + tmp19
+        tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+        tmp22 = tmp13/(ep[i]*t_exp[i])
+        tmp23 = (zero2_exp[i] == 1)
+        tmp24 = tmp22 + 1/numpy.maximum(ep[i], t_exp[i])
+        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0))))
 
 
 def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -6252,7 +6212,7 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 116 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 98 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_latent_moe_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -6265,36 +6225,32 @@ def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q,
 @_runtime.kernel
 def _stage_dp_unconverted_mla_q_latent_moe_zero_layer(out, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp0 = (zero3_exp[i] == 1)
-        tmp1 = (n_shared_exp[i] != 0)
-        tmp2 = h[i]*hff_exp[i]*n_ffMM[i]
-        tmp3 = hff_exp[i]*(n_ffMM[i] - 1)
-        tmp5 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp3/numpy.maximum(1, etp[i])) + tmp2/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp3) + tmp2)
-        tmp6 = h[i]*shared_expert_gate[i] + tmp5
-        tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
-        tmp9 = 1/(cp[i]*ep[i]*t_exp[i])
-        tmp10 = tmp6*tmp9
-        tmp11 = tmp5*tmp9
-        tmp13 = dc_kv[i]*n_kv[i]
-        tmp14 = a[i]*dc_q[i]
-        tmp15 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
-        tmp16 = 0.25*n_attMM[i]
-        tmp17 = tmp16*(tmp13*(dh[i] + qk_nope_head_dim[i]) + tmp14*(dhr[i] + qk_nope_head_dim[i]) + tmp15)
-        tmp18 = 2*dh[i]
-        tmp19 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-        tmp20 = n_qknorm[i]*tmp18 + tmp19
-        tmp21 = (tmp17 + tmp20)/t[i]
-        tmp22 = (zero3_non_exp[i] == 1)
-        tmp23 = (dh[i] != 0)
-        tmp24 = (qk_nope_head_dim[i] != 0)
-        tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh[i] + dhr[i]) + tmp15)
-        tmp26 = (tmp20 + tmp25)/t[i]
-        tmp27 = tmp19 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp28 = (tmp17 + tmp27)/t[i]
-        tmp29 = (tmp25 + tmp27)/t[i]
-        tmp30 = (zero2_exp[i] == 1)
-        tmp32 = (zero2_non_exp[i] == 1)
-        out[i] = (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep[i], t_exp[i]) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep[i], t_exp[i]) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp[i] if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp[i] if (tmp23 and tmp32) else (tmp28 + tmp28/cp[i] if (tmp24 and tmp32) else (tmp29 + tmp29/cp[i] if tmp32 else 0))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*dc_q[i]
+        tmp2 = a[i]*dh[i]*h[i] + dc_kv[i] + dc_q[i]*h[i] + dc_q[i] + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        tmp13 = 1/cp[i]
+        tmp14 = (zero3_exp[i] == 1)
+        tmp15 = (n_shared_exp[i] != 0)
+        tmp16 = h[i]*hff_exp[i]*n_ffMM[i]
+        tmp17 = hff_exp[i]*(n_ffMM[i] - 1)
+        tmp18 = 1/numpy.maximum(1, etp[i])
+        tmp19 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp17) + tmp16)
+        tmp20 = h[i]*shared_expert_gate[i] + tmp19
+        tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+        tmp22 = tmp13/(ep[i]*t_exp[i])
+        tmp23 = (zero2_exp[i] == 1)
+        tmp24 = tmp22 + 1/numpy.maximum(ep[i], t_exp[i])
+        out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0)))
 
 
 def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -6396,7 +6352,7 @@ def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, 
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 112 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
         ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -6726,25 +6682,20 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
 @_runtime.kernel
 def _stage_dp_mla_q_direct_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dc_kv[i]*n_kv[i]
-        tmp2 = a[i]*h[i]
-        tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-        tmp4 = 0.25*n_attMM[i]
-        tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-        tmp6 = 2*dh[i]
-        tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-        tmp8 = n_qknorm[i]*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t[i]
-        tmp10 = (zero3_non_exp[i] == 1)
-        tmp11 = (dh[i] != 0)
-        tmp12 = (qk_nope_head_dim[i] != 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t[i]
-        tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp16 = (tmp15 + tmp5)/t[i]
-        tmp17 = (tmp13 + tmp15)/t[i]
-        tmp19 = (zero2_non_exp[i] == 1)
-        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0)))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*h[i]
+        tmp2 = dc_kv[i] + dh[i]*tmp1 + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0))
 
 
 def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -6826,7 +6777,7 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 76 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 60 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_direct_dense_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -6839,25 +6790,20 @@ def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh,
 @_runtime.kernel
 def _stage_dp_unconverted_mla_q_direct_dense_zero_layer(out, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dc_kv[i]*n_kv[i]
-        tmp2 = a[i]*h[i]
-        tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-        tmp4 = 0.25*n_attMM[i]
-        tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-        tmp6 = 2*dh[i]
-        tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
-        tmp8 = n_qknorm[i]*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t[i]
-        tmp10 = (zero3_non_exp[i] == 1)
-        tmp11 = (dh[i] != 0)
-        tmp12 = (qk_nope_head_dim[i] != 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t[i]
-        tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp16 = (tmp15 + tmp5)/t[i]
-        tmp17 = (tmp13 + tmp15)/t[i]
-        tmp19 = (zero2_non_exp[i] == 1)
-        out[i] = (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp19) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp19) else (tmp17 + tmp17/cp[i] if tmp19 else 0))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*h[i]
+        tmp2 = dc_kv[i] + dh[i]*tmp1 + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + (n_exp[i] + n_shared_exp[i])*(h[i]*hff[i]*n_ffMM[i] + mlp_bias[i]*(h[i] + hff[i]*(n_ffMM[i] - 1)))
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(1 + 1/cp[i]) if (zero2_non_exp[i] == 1) else 0)
 
 
 def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -6933,7 +6879,7 @@ def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr,
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 72 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 56 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
         ("a", "cp", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
@@ -7173,36 +7119,32 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
 @_runtime.kernel
 def _stage_dp_mla_q_direct_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dc_kv[i]*n_kv[i]
-        tmp2 = a[i]*h[i]
-        tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-        tmp4 = 0.25*n_attMM[i]
-        tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-        tmp6 = 2*dh[i]
-        tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-        tmp8 = n_qknorm[i]*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t[i]
-        tmp10 = (zero3_non_exp[i] == 1)
-        tmp11 = (dh[i] != 0)
-        tmp12 = (qk_nope_head_dim[i] != 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t[i]
-        tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp16 = (tmp15 + tmp5)/t[i]
-        tmp17 = (tmp13 + tmp15)/t[i]
-        tmp18 = (zero3_exp[i] == 1)
-        tmp19 = (n_shared_exp[i] != 0)
-        tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-        tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-        tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-        tmp24 = h[i]*shared_expert_gate[i] + tmp23
-        tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-        tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = (zero2_exp[i] == 1)
-        tmp32 = (zero2_non_exp[i] == 1)
-        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0)))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*h[i]
+        tmp2 = dc_kv[i] + dh[i]*tmp1 + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        tmp13 = 1/cp[i]
+        tmp14 = (zero3_exp[i] == 1)
+        tmp15 = (n_shared_exp[i] != 0)
+        tmp16 = h[i]*hff_exp[i]*n_ffMM[i]
+        tmp17 = hff_exp[i]*(n_ffMM[i] - 1)
+        tmp18 = 1/numpy.maximum(1, etp[i])
+        tmp19 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp17) + tmp16)
+        tmp20 = h[i]*shared_expert_gate[i] + tmp19
+        tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+        tmp22 = tmp13/(ep[i]*t_exp[i])
+        tmp23 = (zero2_exp[i] == 1)
+        tmp24 = tmp22 + 1/numpy.maximum(ep[i], t_exp[i])
+        out[i] = score_factor_dp[i]*stage_cost_scale[i]*(1 - comm_dp_overlap[i])*((tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0))))
 
 
 def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7306,7 +7248,7 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 112 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_direct_moe_zero_layer",
         ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
@@ -7319,36 +7261,32 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
 @_runtime.kernel
 def _stage_dp_unconverted_mla_q_direct_moe_zero_layer(out, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
     for i in range(out.shape[0]):
-        tmp1 = dc_kv[i]*n_kv[i]
-        tmp2 = a[i]*h[i]
-        tmp3 = dc_kv[i] + dh[i]*tmp2 + h[i]*(dc_kv[i] + dhr[i])
-        tmp4 = 0.25*n_attMM[i]
-        tmp5 = tmp4*(tmp1*(dh[i] + qk_nope_head_dim[i]) + tmp2*(dhr[i] + qk_nope_head_dim[i]) + tmp3)
-        tmp6 = 2*dh[i]
-        tmp7 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
-        tmp8 = n_qknorm[i]*tmp6 + tmp7
-        tmp9 = (tmp5 + tmp8)/t[i]
-        tmp10 = (zero3_non_exp[i] == 1)
-        tmp11 = (dh[i] != 0)
-        tmp12 = (qk_nope_head_dim[i] != 0)
-        tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh[i] + dhr[i]) + tmp3)
-        tmp14 = (tmp13 + tmp8)/t[i]
-        tmp15 = tmp7 + 2*h[i]*n_qknorm[i]/a[i]
-        tmp16 = (tmp15 + tmp5)/t[i]
-        tmp17 = (tmp13 + tmp15)/t[i]
-        tmp18 = (zero3_exp[i] == 1)
-        tmp19 = (n_shared_exp[i] != 0)
-        tmp20 = h[i]*hff_exp[i]*n_ffMM[i]
-        tmp21 = hff_exp[i]*(n_ffMM[i] - 1)
-        tmp23 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp21/numpy.maximum(1, etp[i])) + tmp20/numpy.maximum(1, etp[i])) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp21) + tmp20)
-        tmp24 = h[i]*shared_expert_gate[i] + tmp23
-        tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-        tmp27 = 1/(cp[i]*ep[i]*t_exp[i])
-        tmp28 = tmp24*tmp27
-        tmp29 = tmp23*tmp27
-        tmp30 = (zero2_exp[i] == 1)
-        tmp32 = (zero2_non_exp[i] == 1)
-        out[i] = (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep[i], t_exp[i]) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep[i], t_exp[i]) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp[i] if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp[i] if (tmp11 and tmp32) else (tmp16 + tmp16/cp[i] if (tmp12 and tmp32) else (tmp17 + tmp17/cp[i] if tmp32 else 0))))
+        tmp0 = dc_kv[i]*n_kv[i]
+        tmp1 = a[i]*h[i]
+        tmp2 = dc_kv[i] + dh[i]*tmp1 + h[i]*(dc_kv[i] + dhr[i])
+        tmp3 = 0.25*n_attMM[i]
+        tmp4 = tmp3*(tmp0*(dh[i] + qk_nope_head_dim[i]) + tmp1*(dhr[i] + qk_nope_head_dim[i]) + tmp2)
+        tmp5 = 2*dh[i]
+        tmp6 = h[i]*layer_norms[i]*(norm_bias[i] + 1) + h[i]*n_exp[i]
+        tmp7 = n_qknorm[i]*tmp5 + tmp6
+        tmp8 = (dh[i] != 0)
+        tmp9 = (qk_nope_head_dim[i] != 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh[i] + dhr[i]) + tmp2)
+        tmp11 = tmp6 + 2*h[i]*n_qknorm[i]/a[i]
+        tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t[i]
+        tmp13 = 1/cp[i]
+        tmp14 = (zero3_exp[i] == 1)
+        tmp15 = (n_shared_exp[i] != 0)
+        tmp16 = h[i]*hff_exp[i]*n_ffMM[i]
+        tmp17 = hff_exp[i]*(n_ffMM[i] - 1)
+        tmp18 = 1/numpy.maximum(1, etp[i])
+        tmp19 = n_exp[i]*(mlp_bias[i]*(h[i] + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp[i]*(mlp_bias[i]*(h[i] + tmp17) + tmp16)
+        tmp20 = h[i]*shared_expert_gate[i] + tmp19
+        tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+        tmp22 = tmp13/(ep[i]*t_exp[i])
+        tmp23 = (zero2_exp[i] == 1)
+        tmp24 = tmp22 + 1/numpy.maximum(ep[i], t_exp[i])
+        out[i] = (tmp12 if (zero3_non_exp[i] == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp[i] == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0)))
 
 
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7446,7 +7384,7 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 108 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
+    # ops: 90 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
         ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
