@@ -80,8 +80,10 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
         tmp3 = 0.5*n_attMM
         out = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp1 = a*tmp0
@@ -95,15 +97,13 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
             tmp2 = h + qkv_bias
             tmp3 = 0.5*n_attMM
             inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "compute_standard_dense_layer_forward_flop",
-        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "inv0"),
-        (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_standard_dense_layer_forward_flop",
+            ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "inv0"),
+            (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -173,8 +173,10 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
         tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
         out = b*m*s*(6*h*n_output*v + 0.5*(n_full_rec*tmp4) + 1.5*(n_layers_stage*tmp4) + 4*n_sel_rec*tmp2)/(cp*t)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp1 = a*tmp0
@@ -196,15 +198,13 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
             inv1 = 4*tmp2
             inv2 = 1.5*tmp4
             inv3 = 6*h*v
-    call = _runtime.Call(
-        "compute_standard_dense_stage_flop",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_standard_dense_stage_flop",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage +
             #     inv3*n_output)/(cp*t)
@@ -272,8 +272,10 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
         tmp4 = 0.5*n_attMM
         out = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = 2*h
             tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
@@ -289,15 +291,13 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
             tmp3 = h + qkv_bias
             tmp4 = 0.5*n_attMM
             inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
-    call = _runtime.Call(
-        "compute_standard_moe_layer_forward_flop",
-        ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "inv0"),
-        (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_standard_moe_layer_forward_flop",
+            ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "inv0"),
+            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -372,8 +372,10 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
         tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
         out = b*m*s*(6*h*n_output*v + 0.5*(n_full_rec*tmp5) + 1.5*(n_layers_stage*tmp5) + 4*n_sel_rec*tmp2)/(cp*t)
         return _runtime.broadcast(xp, out, (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
             tmp1 = a*tmp0
@@ -397,15 +399,13 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
             inv1 = 4*tmp2
             inv2 = 1.5*tmp5
             inv3 = 6*h*v
-    call = _runtime.Call(
-        "compute_standard_moe_stage_flop",
-        ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
-        (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_standard_moe_stage_flop",
+            ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
+            (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3 in call.blocks():
             # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage +
             #     inv3*n_output)/(cp*t)
@@ -465,8 +465,10 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
         tmp1 = dh + tmp0
         out = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
         return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
@@ -476,15 +478,13 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
             inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
-    call = _runtime.Call(
-        "compute_mla_q_latent_dense_layer_forward_flop",
-        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
-        (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_latent_dense_layer_forward_flop",
+            ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
+            (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -551,8 +551,10 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
         tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
         out = b*m*s*(6*h*n_output*v + n_full_rec*tmp3 + 3*n_layers_stage*tmp3 + n_sel_rec*tmp2)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
@@ -568,15 +570,13 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
             tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
             inv0 = 3*tmp3
             inv1 = 6*h*v
-    call = _runtime.Call(
-        "compute_mla_q_latent_dense_stage_flop",
-        ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp3", "inv0", "inv1"),
-        (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_latent_dense_stage_flop",
+            ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp3", "inv0", "inv1"),
+            (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1 in call.blocks():
             # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp3 +
             #     n_sel_rec*tmp2)/(cp*t)
@@ -641,8 +641,10 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
         tmp2 = dh + tmp1
         out = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
         return _runtime.broadcast(xp, out, (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = 2*h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -654,15 +656,13 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp2 = dh + tmp1
             inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
-    call = _runtime.Call(
-        "compute_mla_q_latent_moe_layer_forward_flop",
-        ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
-        (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_latent_moe_layer_forward_flop",
+            ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
+            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -734,8 +734,10 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
         tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
         out = b*m*s*(6*h*n_output*v + n_full_rec*tmp4 + 3*n_layers_stage*tmp4 + n_sel_rec*tmp2)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
@@ -753,15 +755,13 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
             tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
             inv0 = 3*tmp4
             inv1 = 6*h*v
-    call = _runtime.Call(
-        "compute_mla_q_latent_moe_stage_flop",
-        ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
-        (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_latent_moe_stage_flop",
+            ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
+            (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1 in call.blocks():
             # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 +
             #     n_sel_rec*tmp2)/(cp*t)
@@ -821,8 +821,10 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
         tmp2 = a*h
         out = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
         return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
@@ -834,15 +836,13 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
             tmp1 = dh + tmp0
             tmp2 = a*h
             inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
-    call = _runtime.Call(
-        "compute_mla_q_direct_dense_layer_forward_flop",
-        ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
-        (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_direct_dense_layer_forward_flop",
+            ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
+            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -909,8 +909,10 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
         tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
         out = b*m*s*(6*h*n_output*v + n_full_rec*tmp4 + 3*n_layers_stage*tmp4 + n_sel_rec*tmp2)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
@@ -928,15 +930,13 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
             tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
             inv0 = 3*tmp4
             inv1 = 6*h*v
-    call = _runtime.Call(
-        "compute_mla_q_direct_dense_stage_flop",
-        ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
-        (a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_direct_dense_stage_flop",
+            ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
+            (a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1 in call.blocks():
             # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 +
             #     n_sel_rec*tmp2)/(cp*t)
@@ -1001,8 +1001,10 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
         tmp3 = a*h
         out = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
         return _runtime.broadcast(xp, out, (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = 2*h
             tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
@@ -1016,15 +1018,13 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
             tmp2 = dh + tmp1
             tmp3 = a*h
             inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
-    call = _runtime.Call(
-        "compute_mla_q_direct_moe_layer_forward_flop",
-        ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
-        (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0),
-        reals=0,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_direct_moe_layer_forward_flop",
+            ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
+            (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0),
+            reals=0,
+            masks=0,
+        )
         for out, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0 in call.blocks():
             # out = inv0
             numpy.copyto(out, inv0)
@@ -1096,8 +1096,10 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
         tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
         out = b*m*s*(6*h*n_output*v + n_full_rec*tmp5 + 3*n_layers_stage*tmp5 + n_sel_rec*tmp2)/(cp*t)
         return _runtime.broadcast(xp, out, (a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
             tmp1 = dh + tmp0
@@ -1117,15 +1119,13 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
             tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
             inv0 = 3*tmp5
             inv1 = 6*h*v
-    call = _runtime.Call(
-        "compute_mla_q_direct_moe_stage_flop",
-        ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp5", "inv0", "inv1"),
-        (a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1),
-        reals=1,
-        masks=0,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "compute_mla_q_direct_moe_stage_flop",
+            ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp5", "inv0", "inv1"),
+            (a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1),
+            reals=1,
+            masks=0,
+        )
         for out, r0, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1 in call.blocks():
             # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp5 +
             #     n_sel_rec*tmp2)/(cp*t)
