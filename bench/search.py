@@ -16,7 +16,9 @@ Prints a table, then one JSON line::
     {"layouts": N, "grid": G, "rates": {"in_process": R, "dask_local": R}, "peak_bytes": {"grid": P, "small_grid": P},
      "identical": true}
 
-rates are valid layouts priced per second (enumeration included).
+rates are valid layouts priced per second (enumeration included); ``cold`` is the wall time of the
+issue's ``symcost search --model deepseek-v3 --devices 16384 --system dgx_h100 --global-batch 4096`` and of
+``symcost eval --model deepseek-v3`` (one layout), each in a fresh process, and their ratio.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -34,6 +37,25 @@ import numpy as np  # noqa: E402
 
 from codegen.configs.models import load_model  # noqa: E402
 from codegen.pricing.search import SearchSpec, search  # noqa: E402
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEARCH = ["search", "--model", "deepseek-v3", "--devices", "16384", "--system", "dgx_h100", "--global-batch", "4096",
+          "--no-progress"]
+EVAL = ["eval", "--model", "deepseek-v3"]
+
+
+def _cold_ratio(rounds: int) -> dict[str, float]:
+    """Wall time of ``symcost search`` (the issue's command) and ``symcost eval`` on one layout, each in a new
+    process, alternated; the best of *rounds* each."""
+    best = {"search_s": float("inf"), "eval_s": float("inf")}
+    for _ in range(rounds):
+        for key, argv in (("search_s", SEARCH), ("eval_s", EVAL)):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "codegen.cli", *argv], cwd=ROOT, check=True,
+                           stdout=subprocess.DEVNULL)
+            best[key] = min(best[key], time.perf_counter() - started)
+    return {**{k: round(v, 3) for k, v in best.items()}, "ratio": round(best["search_s"] / best["eval_s"], 3)}
 
 
 def main() -> int:
@@ -61,13 +83,16 @@ def main() -> int:
         peaks[label] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     rates = {k: a.layouts / v for k, v in best.items()}
+    cold = _cold_ratio(args.rounds)
     print(f"grid {a.grid:,} points, {a.layouts:,} valid layouts; chunk {args.chunk:,}")
     for k, v in best.items():
         print(f"  {k:<11} {v:7.2f} s  {rates[k]:12,.0f} layouts/s")
     print(f"  peak traced memory: full grid {peaks['grid'] / 2**20:.1f} MiB, small grid "
           f"{peaks['small_grid'] / 2**20:.1f} MiB; top K identical: {same}")
+    print(f"  cold process: symcost search {cold['search_s']:.2f} s, symcost eval {cold['eval_s']:.2f} s, "
+          f"ratio {cold['ratio']:.2f}")
     print(json.dumps({"layouts": a.layouts, "grid": a.grid, "rates": {k: round(v) for k, v in rates.items()},
-                      "peak_bytes": peaks, "identical": same}))
+                      "peak_bytes": peaks, "identical": same, "cold": cold}))
     return 0 if same else 1
 
 

@@ -203,16 +203,19 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
         if sink is not None and len(table["index"]):
             sink(table)
         return reduce_top(table, top)
-    order = _order(table)
     found: list[dict[str, np.ndarray]] = []
+    n = len(table["index"])
+    ordered = _best_rows(table, min(n, 64 * top))  # one partition serves the usual case
     have, start, window = 0, 0, 4 * top
-    while have < top and start < len(order):
-        rows = np.sort(order[start:start + window])
+    while have < top and start < n:
+        if start >= len(ordered):  # deeper than the first candidates: the full order
+            ordered = _order(table)
+        rows = np.sort(ordered[start:start + window])
         priced = _with_memory(spec, chunk, table, rows)
         ok = priced["fits"] == 1
         found.append({k: v[ok] for k, v in priced.items()})
         have += int(ok.sum())
-        start += window
+        start += len(rows)
         window *= 4
     if not found:
         return _empty()
@@ -224,16 +227,25 @@ def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.lexsort((table["index"], np.nan_to_num(table["objective"], nan=np.inf)))
 
 
+def _best_rows(table: Mapping[str, np.ndarray], count: int) -> np.ndarray:
+    """Row numbers of the first *count* rows in rank order (objective, then grid index), in that order.
+
+    A partition finds the count-th objective; only the rows at or below it are sorted.
+    """
+    n = len(table["index"])
+    if n > 4 * count:
+        objective = np.nan_to_num(table["objective"], nan=np.inf)
+        kth = np.partition(objective, count - 1)[count - 1]
+        candidates = np.flatnonzero(objective <= kth)
+        sub = {"objective": table["objective"][candidates], "index": table["index"][candidates]}
+        return candidates[_order(sub)[:count]]
+    return _order(table)[:count]
+
+
 def reduce_top(table: Mapping[str, np.ndarray], top: int) -> dict[str, np.ndarray]:
     """The best *top* rows of *table*, in rank order."""
-    n = len(table["index"])
-    if n > 4 * top:  # a partition first: the sort then touches only candidates
-        objective = np.nan_to_num(table["objective"], nan=np.inf)
-        kth = np.partition(objective, top - 1)[top - 1]
-        keep = np.flatnonzero(objective <= kth)
-        table = {k: v[keep] for k, v in table.items()}
-    order = _order(table)[:top]
-    return {k: np.asarray(v)[order] for k, v in table.items()}
+    rows = _best_rows(table, top)
+    return {k: np.asarray(v)[rows] for k, v in table.items()}
 
 
 def merge_top(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], top: int) -> dict[str, np.ndarray]:
