@@ -94,3 +94,13 @@ def test_chunks_bounded():
         assert len(chunk) <= 4096
         seen += len(chunk)
     assert seen > 0
+
+
+def test_decode_contiguous_equals_scattered():
+    space = SearchSpace(load_model("deepseek-v3"), 1024, 512, devices_per_node=8)
+    index = np.arange(1000, 40000)
+    whole = space.decode(index, 0)
+    pick = np.sort(np.random.default_rng(1).choice(len(index), 3000, replace=False))
+    part = space.decode(index[pick], 0)
+    for key in whole:
+        np.testing.assert_array_equal(whole[key][pick], part[key])

@@ -254,7 +254,13 @@ class SearchSpace:
         algo = self.settings[setting].cp_algo
         b_table, where, start = self._b_tables[algo]
         local = index - self.setting_start[setting]
-        row = np.searchsorted(start, local, side="right") - 1
+        if len(local) > 1 and local[-1] - local[0] == len(local) - 1:  # a contiguous range: rows by repeat
+            lo, hi = int(local[0]), int(local[-1]) + 1
+            r0, r1 = (int(np.searchsorted(start, x, side="right")) - 1 for x in (lo, hi - 1))
+            counts = np.minimum(start[r0 + 1:r1 + 2], hi) - np.maximum(start[r0:r1 + 1], lo)
+            row = np.repeat(np.arange(r0, r1 + 1, dtype=np.int64), counts)
+        else:
+            row = np.searchsorted(start, local, side="right") - 1
         table = self.structures[algo]
         values = {key: column[row] for key, column in table.items()}
         values["b"] = b_table[where[row], local - start[row]]
