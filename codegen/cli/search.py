@@ -234,8 +234,12 @@ def run(args: argparse.Namespace) -> int:
         _print(rows, args.objective)
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
         written = f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}" if writer is not None else ""
-        print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s"
-              f"{note}{written}. Communication is not in this build's step time (0 s): see docs/search.md.")
+        from ..pricing.search import _context as context
+
+        step = context(spec)[1]
+        missing = (" Communication is not in this build's step time (0 s): see docs/search.md."
+                   if step is not None and step.comm is None else "")
+        print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s{note}{written}.{missing}")
     if plot is not None:
         _plot(rows, plot, pareto_front)
     return 130 if result.interrupted else 0

@@ -82,7 +82,7 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     """(space, step-time pricer, original pricer, memory pricer) of *spec*, built once per process (each worker)."""
     import hardware
 
-    from .step_time import StepTimePricer
+    from .step_time import StepTimePricer, time_family_comm
 
     system = hardware.load(spec.system)
     space = SearchSpace(spec.model, spec.devices, spec.global_batch, fix=dict(spec.fix), maximum=dict(spec.maximum),
@@ -94,10 +94,11 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
         from .pricer import StagePricer
 
         original = StagePricer(spec.model, device=spec.original_device or spec.system)
-    elif spec.objective == "comm-time":
-        raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
     else:
-        step = StepTimePricer(spec.model, system=system)
+        comm = time_family_comm(spec.model, spec.system)
+        if spec.objective == "comm-time" and comm is None:
+            raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
+        step = StepTimePricer(spec.model, system=system, comm=comm)
     memory = None
     if spec.memory:
         from .feasibility import BatchMemory
@@ -150,7 +151,7 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
         for key in ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"):
             table[key] = parts[key]
         table["original_cost"] = nan
-        table["objective"] = parts["step_time_s"]
+        table["objective"] = parts["comm_s"] if spec.objective == "comm-time" else parts["step_time_s"]
     else:
         batch = chunk.batch
         prices = original.price_batch(batch, validated=True)

@@ -22,6 +22,7 @@ Public API::
     StepTimePricer(model, *, system, comm=None)
     pricer.price(values, recompute) -> dict[str, ndarray]   # PARTS
     stage_layer_counts(model, p, vp) -> (first, last) arrays
+    time_family_comm(model, system) -> comm callable, or None without codegen.pricing.time
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from symbolic.vocabulary import attention_variant
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
 
-__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "stage_layer_counts"]
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "stage_layer_counts", "time_family_comm"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
 #: bottleneck stage's FLOPs per rank and the bubble fraction.
@@ -88,6 +89,29 @@ def _gpu_facts(system: System | str) -> tuple[float, float, str]:
         raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no compute_efficiency in the "
                                   f"catalog (no published figure for its generation), so no compute time")
     return gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, spec.name
+
+
+def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
+    """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
+
+    ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
+    mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
+    ZeRO level 3 — and returns its ``by_dimension`` seconds of the bottleneck stage.
+    """
+    try:
+        from .time import TimePricer
+    except ImportError:
+        return None
+    pricers: dict[tuple[int, str], Any] = {}
+
+    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
+        setting = chunk.setting
+        key = (setting.zero, setting.recompute)
+        if key not in pricers:
+            pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute)
+        return pricers[key].price_batch(chunk.batch, validated=True).by_dimension
+
+    return comm
 
 
 class StepTimePricer:
