@@ -16,8 +16,8 @@ Public API::
 
     OBJECTIVES
     SearchSpec(model, devices, global_batch, system, objective="step-time", ...)
-    price_chunk(spec, chunk) -> dict[str, ndarray]      # the table of one chunk (memory not yet priced)
-    chunk_best(spec, chunk, top, sink=None) -> dict     # its best rows under the memory rule
+    price_chunk(spec, chunk) -> dict[str, ndarray]      # one chunk's table: compute, bubble (comm, memory not yet)
+    chunk_best(spec, chunk, top, sink=None) -> dict     # its best rows, comm and memory priced where needed
     reduce_top(table, top) -> dict;  merge_top(a, b, top) -> dict
     search(spec, *, top=10, chunk=1 << 18, engine="numpy", scheduler=None, progress=None, sink=None)
         -> SearchResult(table, layouts, grid, interrupted, seconds)
@@ -34,6 +34,7 @@ import numpy as np
 
 from ..configs.models import ModelConfig
 from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace
+from .step_time import EXPOSED_DIMENSIONS
 
 __all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "chunk_best", "pareto_front", "reduce_top", "merge_top", "search",
            "COLUMNS"]
@@ -147,7 +148,7 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
         flops = None
         if chunk.row is not None:
             flops = _row_flops(spec, setting.cp_algo, setting.recompute)[chunk.row]
-        parts = step.price(chunk.values, setting.recompute, chunk, flops=flops)
+        parts = step.price(chunk.values, setting.recompute, None, flops=flops)  # comm 0: a lower bound
         for key in ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"):
             table[key] = parts[key]
         table["original_cost"] = nan
@@ -165,62 +166,72 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     return table
 
 
-def _with_memory(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray | None = None
-                 ) -> dict[str, np.ndarray]:
-    """*table* (or its *rows*) with memory per rank, headroom and fits filled in."""
-    memory = _context(spec)[3]
-    if rows is None:
-        batch = chunk.batch
-        out = dict(table)
-    else:
-        batch = chunk.batch.subset(rows)
-        out = {k: v[rows] for k, v in table.items()}
-    got = memory.price(batch, chunk.setting.recompute, chunk.setting.zero)
-    out["memory_peak_bytes"] = got["peak_bytes"]
-    out["headroom_bytes"] = got["headroom_bytes"]
-    out["fits"] = got["fits"].astype(np.int64)
+def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray
+              ) -> dict[str, np.ndarray]:
+    """The *rows* (ascending) of *table* with their exposed communication (when the time family is present)
+    and memory per rank, headroom and fits (when memory is priced) filled in, the objective updated."""
+    _, step, _, memory = _context(spec)
+    out = {k: v[rows] for k, v in table.items()}
+    sub = Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model)
+    if step is not None and step.comm is not None:
+        parts = step.comm(sub)
+        comm = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
+        out["comm_s"] = np.broadcast_to(comm, rows.shape).astype(np.float64)
+        out["step_time_s"] = step.step_time(out["stage_flops"], sub.values, out["comm_s"])
+        out["objective"] = out["comm_s"] if spec.objective == "comm-time" else out["step_time_s"]
+    if memory is not None:
+        got = memory.price(sub.batch, chunk.setting.recompute, chunk.setting.zero)
+        out["memory_peak_bytes"] = got["peak_bytes"]
+        out["headroom_bytes"] = got["headroom_bytes"]
+        out["fits"] = got["fits"].astype(np.int64)
     return out
 
 
 def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None
                ) -> dict[str, np.ndarray]:
-    """The best *top* rows of one chunk under the spec's memory rule.
+    """The best *top* rows of one chunk under the spec's memory rule, exactly as pricing every row would give.
 
-    Without a sink and when infeasible layouts are dropped, memory is priced only for the best rows by
-    objective, in growing windows, until *top* feasible ones are found: the same rows as pricing all of
-    them and filtering, at a fraction of the cost. A sink (``--out``) gets every row (feasible ones only,
-    unless *keep_infeasible*), memory priced for all.
+    :func:`price_chunk` gives each row its step time without communication: a lower bound of the step
+    time (communication seconds are >= 0), exact when the time family is absent. Communication and memory
+    are then priced only for the best rows by that bound, in growing windows, until *top* feasible rows
+    are found whose exact objective is below the bound of every row not yet priced (without
+    communication: as soon as *top* feasible rows are found, the order being exact). A sink (``--out``),
+    ``keep_infeasible`` and the comm-time objective (whose bound is 0) price every row.
     """
     table = price_chunk(spec, chunk)
-    if not spec.memory:
+    _, step, _, memory = _context(spec)
+    comm = step is not None and step.comm is not None
+    n = len(table["index"])
+    if not comm and memory is None:
         if sink is not None:
             sink(table)
         return reduce_top(table, top)
-    if sink is not None or spec.keep_infeasible:
-        table = _with_memory(spec, chunk, table)
-        if not spec.keep_infeasible:
+    if sink is not None or spec.keep_infeasible or spec.objective == "comm-time":
+        table = _complete(spec, chunk, table, np.arange(n))
+        if memory is not None and not spec.keep_infeasible:
             ok = table["fits"] == 1
             table = {k: v[ok] for k, v in table.items()}
         if sink is not None and len(table["index"]):
             sink(table)
         return reduce_top(table, top)
-    found: list[dict[str, np.ndarray]] = []
-    n = len(table["index"])
+    best = _empty()
     ordered = _best_rows(table, min(n, 64 * top))  # one partition serves the usual case
-    have, start, window = 0, 0, 4 * top
-    while have < top and start < n:
+    start, window = 0, 4 * top
+    while start < n:
         if start >= len(ordered):  # deeper than the first candidates: the full order
             ordered = _order(table)
-        rows = np.sort(ordered[start:start + window])
-        priced = _with_memory(spec, chunk, table, rows)
-        ok = priced["fits"] == 1
-        found.append({k: v[ok] for k, v in priced.items()})
-        have += int(ok.sum())
+        rows = ordered[start:start + window]
+        bound = table["objective"][rows[-1]]  # every row not yet priced has a bound at least this
+        priced = _complete(spec, chunk, table, np.sort(rows))
+        if memory is not None:
+            ok = priced["fits"] == 1
+            priced = {k: v[ok] for k, v in priced.items()}
+        best = merge_top(best, priced, top)
         start += len(rows)
         window *= 4
-    if not found:
-        return _empty()
-    return reduce_top({k: np.concatenate([f[k] for f in found]) for k in found[0]}, top)
+        if len(best["index"]) >= top and (not comm or best["objective"][-1] < bound):
+            break
+    return best
 
 
 def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:

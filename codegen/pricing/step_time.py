@@ -154,6 +154,12 @@ class StepTimePricer:
             out.append(self._flops(**args))
         return np.maximum(out[0], out[1])
 
+    def step_time(self, flops: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
+        """``compute_step_time_s`` of layouts whose stage FLOPs and exposed communication are known."""
+        return generated.compute_step_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                             compute_efficiency=self.efficiency, p=values["p"], vp=values["vp"],
+                                             m=values["m"], exposed_comm_s=comm)
+
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None,
               flops: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
