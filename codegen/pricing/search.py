@@ -215,8 +215,11 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
             sink(table)
         return reduce_top(table, top)
     best = _empty()
-    ordered = _best_rows(table, min(n, 64 * top))  # one partition serves the usual case
-    start, window = 0, 4 * top
+    # Windows: few rows when only memory is priced (cheap per row); with communication, whose pricer has a
+    # per-call cost, a few thousand.
+    window = max(4 * top, 4096) if comm else 4 * top
+    ordered = _best_rows(table, min(n, 16 * window))  # one partition serves the usual case
+    start = 0
     while start < n:
         if start >= len(ordered):  # deeper than the first candidates: the full order
             ordered = _order(table)
