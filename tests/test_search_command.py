@@ -70,7 +70,11 @@ def test_search_rows_priced_as_the_pricer_prices_them():
     got = search(_spec(recompute=("selective",)), top=20)
     values = {k: got.table[k] for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
     direct = StepTimePricer(load_model("qwen3-72b"), system="dgx_h100").price(values, "selective")
-    np.testing.assert_allclose(got.table["step_time_s"], direct["step_time_s"], rtol=1e-12)
+    for key in ("compute_s", "bubble_s", "stage_flops"):
+        np.testing.assert_allclose(got.table[key], direct[key], rtol=1e-12)
+    # step = compute + bubble + exposed comm (0 without the time family)
+    np.testing.assert_allclose(got.table["step_time_s"],
+                               got.table["compute_s"] + got.table["bubble_s"] + got.table["comm_s"], rtol=1e-12)
 
 
 def test_original_objective_ranks_by_stage_pricer():
