@@ -196,7 +196,7 @@ NUMBA = Backend(
     reserved=frozenset({"numpy", "out", "i", "result", "arrays", "_runtime"}),
     requires=("numba",),
     # Sensitivity evaluates the derivatives once per layout it analyses: a fused loop buys nothing there.
-    skip=frozenset({"stage_slope"}),
+    skip=frozenset({"stage_slope", "memory_slope"}),
 )
 
 #: Every backend ``symcost compile`` writes, in the order it renders them.

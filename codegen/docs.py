@@ -78,7 +78,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
 )
 
 #: Dimensions generated but not listed in docs/formulas.md: mechanical derivatives of listed formulas.
-UNLISTED = frozenset({"stage_slope"})
+UNLISTED = frozenset({"stage_slope", "memory_slope"})
 
 
 # ---------------------------------------------------------------- printers

@@ -21,9 +21,10 @@ UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score"
 
 #: Dimensions a formula belongs to.
 #: "collective" holds the time model of one collective call, "placement" where a group's ranks sit;
-#: "stage" the per-layer terms of a pipeline stage, "stage_slope" their derivatives; "memory" bytes per rank.
+#: "stage" the per-layer terms of a pipeline stage, "stage_slope" their derivatives; "memory" bytes per rank,
+#: "memory_slope" the derivatives of a stage's memory total.
 DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention",
-                        "collective", "placement", "stage", "stage_slope", "memory", "compute"})
+                        "collective", "placement", "stage", "stage_slope", "memory", "memory_slope", "compute"})
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ from .attention import head_width
 from .formula import Formula
 from .fsdp import Part
 from .params import AttentionParams
-from .symbols import syms
+from .sensitivity import derivative_expr
+from .symbols import SPECS, syms
+from .vocabulary import BODY_COUNT_NAMES, DEGREES
 
 __all__ = [
     "Recompute",
@@ -65,6 +67,7 @@ __all__ = [
     "output_activations",
     "in_flight",
     "stage_formulas",
+    "stage_slopes",
     "variants",
     "FORMULAS",
 ]
@@ -129,9 +132,17 @@ def variants() -> tuple[MemoryVariant, ...]:
 # ---------------------------------------------------------------- model states
 
 
-def _sharded(slice_params: sympy.Expr | int, shards: sympy.Expr, from_level: int) -> sympy.Expr:
-    """A TP slice's *slice_params*, split over its ZeRO *shards* from ZeRO stage *from_level* on."""
-    return Piecewise((slice_params / shards, zero_level >= from_level), (slice_params, True))
+def _sharded(slice_params: sympy.Expr, shard_params: sympy.Expr, from_level: int) -> sympy.Expr:
+    """A rank's share of a part: its ZeRO shard *shard_params* from ZeRO stage *from_level* on, else
+    its TP slice *slice_params*."""
+    return Piecewise((shard_params, zero_level >= from_level), (slice_params, True))
+
+
+def _slice_and_shard(part: Part) -> tuple[sympy.Expr, sympy.Expr]:
+    """The TP slice ``w = N / max(1, c)`` and the ZeRO shard ``w / σ`` with ``σ = max(1, k / max(1, c))``,
+    written ``N / max(1, c, k)`` (the same number): a derivative in ``c`` with ``k`` held is then 0
+    where ``k`` is the larger, exactly, instead of two terms that cancel."""
+    return part.size / Max(1, part.computed), part.size / Max(1, part.computed, part.sharded)
 
 
 def part_states(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -143,23 +154,15 @@ def part_states(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     k = N_d this is ZeRO's (2 + 2 + K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2 + K)Ψ/N_d and
     (2 + 2 + K)Ψ/N_d.
     """
-    slice_params = part.size / Max(1, part.computed)
-    shards = Max(1, part.sharded / Max(1, part.computed))
-    return (bytes_p * _sharded(slice_params, shards, 3),
-            bytes_grad * _sharded(slice_params, shards, 2),
-            bytes_optimizer * _sharded(slice_params, shards, 1))
+    slice_params, shard_params = _slice_and_shard(part)
+    return (bytes_p * _sharded(slice_params, shard_params, 3),
+            bytes_grad * _sharded(slice_params, shard_params, 2),
+            bytes_optimizer * _sharded(slice_params, shard_params, 1))
 
 
 def part_model_states(part: Part) -> sympy.Expr:
-    """Weights, gradients and optimizer states of *part* in one sum, bytes: ``w·Σ bytes_x / σ^[stage ≥ L_x]``.
-
-    The sum of ``part_states``, written with the slice ``w`` once so that stage totals stay small
-    (the code generator's rewrites and CSE scale with the expression's size).
-    """
-    slice_params = part.size / Max(1, part.computed)
-    shards = Max(1, part.sharded / Max(1, part.computed))
-    return slice_params * (bytes_p * _sharded(1, shards, 3) + bytes_grad * _sharded(1, shards, 2)
-                           + bytes_optimizer * _sharded(1, shards, 1))
+    """Weights, gradients and optimizer states of *part* in one sum, bytes (the sum of ``part_states``)."""
+    return sympy.Add(*part_states(part))
 
 
 def layer_parts(variant: MemoryVariant) -> tuple[Part, Part, Part]:
@@ -408,6 +411,51 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     )
 
 
+# ---------------------------------------------------------------- derivatives (sensitivity)
+
+
+@functools.cache
+def stage_slopes(variant: MemoryVariant) -> tuple[Formula, ...]:
+    """The derivatives of one stage's memory total in each degree of ``DEGREES`` (the nonzero ones).
+
+    ``memory_<key>_stage_total_bytes__d_<x>``: ∂total/∂x with every other symbol held — the
+    derived fields (``sp``, ``t_exp``, the shard sizes, ``zero_level``) and the stage's layer
+    counts — almost everywhere (``symbolic.sensitivity``: Max/Min/Piecewise by their active
+    branch), as ``symbolic.model.SLOPES`` are for the communication terms. ``d`` reaches the
+    total only through the shard sizes, so it has none. And
+    ``memory_<key>_stage_total_bytes__d_p_split``: the derivative in ``p`` with the stage's
+    body-layer counts relaxed as shares of an even split (each ∝ 1/p,
+    ``symbolic.sensitivity.split_derivative``), the slope of the peak stage as the pipeline
+    deepens. Dimension ``memory_slope``; compiled ahead of time, so run time stays SymPy-free.
+    """
+    total = stage_formulas(variant).total
+    out = []
+
+    def slope(name: str, expr: sympy.Expr, x: str, what: str, tag: str) -> Formula:
+        return Formula(name=f"{total.name}__{name}", expr=expr, dimension="memory_slope", algorithm=variant.key,
+                       unit="derivative",
+                       doc=f"{what} of {total.name}, in bytes per rank per {SPECS[x].unit} of {x} (almost "
+                           f"everywhere; Max/Min/Piecewise by their active branch): the sensitivity of one "
+                           f"stage's memory per rank.",
+                       source=f"{total.source}; differentiated by symbolic.sensitivity",
+                       variant=(*total.variant, ("wrt", tag)))
+
+    for x in DEGREES:
+        expr = derivative_expr(total.expr, x)
+        if expr != 0:
+            out.append(slope(f"d_{x}", expr, x, f"∂/∂{x} (derived fields and layer counts held)", x))
+    # The recompute workspace holds one layer whenever the stage recomputes any (Min(count, 1)): the
+    # relaxed shares leave it as it is (its count derivatives vanish at every whole count >= 1 and are
+    # multiplied by a zero count below 1), so only the rest of the total moves with the counts.
+    moving = total.expr - stage_formulas(variant).recompute_workspace.expr
+    split = derivative_expr(total.expr, "p")
+    for name, count in zip(BODY_COUNT_NAMES, syms(*BODY_COUNT_NAMES)):
+        split += derivative_expr(moving, name) * (-count / p)
+    out.append(slope("d_p_split", split, "p", "d/dp with the stage's body-layer counts shares of an even split "
+                     f"({', '.join(BODY_COUNT_NAMES)} each ∝ 1/p)", "p_split"))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- registered formulas
 
 
@@ -469,6 +517,8 @@ def _build() -> tuple[Formula, ...]:
     ]
     for variant in variants():
         out += stage_formulas(variant).all()
+    for variant in variants():
+        out += stage_slopes(variant)
     return tuple(out)
 
 

@@ -204,17 +204,50 @@ def test_headroom_and_fits_agree():
 # ---------------------------------------------------------------- Megatron rows and the CLI hook
 
 
+def figure1_from_the_paper(row):
+    """Figure 1's activations (GiB) derived from the paper alone: Table 2's bytes per layer times the L/p
+    layers of the first stage times its p in-flight micro-batches (Eq. 5), times the interleaving factor
+    1 + (p - 1)/(p·vp) (§4.2.3) — the transformer layers only."""
+    a, h, n_lay, t, p, s, b = (int(row[k]) for k in ("a", "h", "L", "t", "p", "seq", "micro_batch"))
+    vp = {"megatron-22B": 1, "gpt3-175B": 3}[row["model"]]  # Table 3: interleaving for 175B only
+    selective = "selective" in row["recompute"]
+    per_layer = table2(a, h, b, t, s)["tp_sp_selective" if selective else "tp"]
+    return per_layer * (n_lay / p) * p * (1 + (p - 1) / (p * vp)) / 2 ** 30
+
+
+def test_figure1_plots_the_transformer_layers_alone():
+    import csv
+
+    with open(DATA / "megatron_memory_figure1.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        assert figure1_from_the_paper(row) == pytest.approx(float(row["activations_GiB_per_gpu"]), rel=1e-12), row
+        # Parameters + optimizer: 18 bytes for each of the 12h² weight-matrix parameters per layer on a GPU.
+        h, n_lay, t, p = (int(row[k]) for k in ("h", "L", "t", "p"))
+        assert 18 * 12 * h * h * n_lay / (t * p) / 2 ** 30 == float(row["params_and_optimizer_GiB_per_gpu"])
+
+
 def test_megatron_rows_within_bounds():
     rows = validation.megatron_rows()
     assert len(rows) == 4
     for r in rows:
         assert abs(r["params_and_optimizer_rel_err"]) <= validation.STATES_BOUND, r
-        # The transformer layers are Table 2 times the in-flight micro-batches: the figure to rounding.
-        assert abs(r["activations_layers_rel_err"]) <= 1e-9, r
-        # The first stage also holds the embedding's dropout mask, and with p = 1 the output layer's
-        # logits, which the figure leaves out (docs/memory.md); within 2 % where it holds no output layer.
-        bound = validation.ACTIVATIONS_BOUND if r["layout"]["vp"] > 1 else 0.025
-        assert 0 <= r["activations_rel_err"] <= bound, r
+        # The transformer layers, what the figure plots: Table 2 times the in-flight micro-batches, exactly.
+        assert abs(r["activations_rel_err"]) <= 1e-9 and abs(r["activations_rel_err"]) <= validation.ACTIVATIONS_BOUND
+
+
+def test_megatron_stage_adds_the_embedding_and_output_terms():
+    """The whole first stage holds, beyond the layers, Korthikanti §4.3's embedding dropout mask (sbh/sp bytes per
+    micro-batch in flight) and, where it is also the last stage (p = 1), the output layer: final LayerNorm
+    and projection inputs (2·2sbh/sp) and fp32 logits (4sbv/t)."""
+    v = 51200
+    for r in validation.megatron_rows():
+        s, t = 2048, 8
+        a, h, b, p, vp = {"megatron-22B": (64, 6144, 4, 1, 1), "gpt3-175B": (96, 12288, 1, 8, 3)}[r["model"]]
+        sp = t if "sequence_parallel" in r["recompute"] else 1
+        in_flight = p * (1 + (p - 1) / (p * vp))
+        extra = s * b * h / sp * in_flight + (s * b * (4 * h / sp + 4 * v / t) if p == 1 else 0)
+        assert_close((r["activations_stage_GiB"] - r["activations_GiB"]) * 2 ** 30, extra, rtol=1e-9)
 
 
 def test_validate_memory_command_on_a_csv(tmp_path, capsys):

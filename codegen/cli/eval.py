@@ -6,13 +6,15 @@ With ``--memory``, also each stage's memory per rank (``codegen.pricing.memory.s
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 from typing import Any
 
 
 from ..configs.layouts import LayoutBatch, parse_layout, validate
 from ..inputs import DEVICES_MAX, finite, json_text, parse_whole
 from ..configs.models import load_model, model_names
-from ..pricing.memory import NoCapacityError, stage_memory
+from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.pricer import StagePricer
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
@@ -48,13 +50,89 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory", action="store_true",
                    help="also print each stage's memory per rank by part against the --device GPU's HBM "
                         "(GiB; bytes under --json); needs a --device with GPU facts, e.g. dgx_h100")
+    p.add_argument("--cost", choices=("volume", "time"), default="volume",
+                   help="volume (default: the --convention's volumes) or time: each stage's communication seconds "
+                        "per step by dimension and collective on NCCL's model (needs a --device with GPU and network "
+                        "facts, e.g. dgx_h100)")
+    p.add_argument("--convention", choices=("original", "consistent"), default="original",
+                   help="volumes as the original sums them (default) or consistent: bytes per rank per step by "
+                        "dimension and collective")
+    p.add_argument("--order", default="tp-cp-ep-dp-pp",
+                   help="rank order for --cost time, innermost first (default Megatron's tp-cp-ep-dp-pp)")
+    add_memory_options(p, "--memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
+
+
+# ----------------------------------------------------------------- memory settings (eval --memory, sensitivity)
+
+#: The memory options, their ``MemorySettings`` field and what they hold.
+MEMORY_AMOUNTS = {"--reserve": ("reserve_bytes", "GiB"), "--bytes-param": ("bytes_p", "bytes per parameter"),
+                  "--bytes-grad": ("bytes_grad", "bytes per parameter"),
+                  "--bytes-optimizer": ("bytes_optimizer", "bytes per parameter")}
+
+
+def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
+    """The run settings of the memory formulas (``MemorySettings``), for the option *needs* that turns memory on."""
+    d = DEFAULT_SETTINGS
+    group = p.add_argument_group(f"memory settings (with {needs})")
+    group.add_argument("--reserve", metavar="GIB", help="device memory per GPU kept back from the model (CUDA "
+                                                        "context, NCCL buffers, fragmentation), GiB; default 0")
+    group.add_argument("--bytes-param", metavar="B", help=f"bytes per weight (default {d.bytes_p:g}: BF16)")
+    group.add_argument("--bytes-grad", metavar="B", help=f"bytes per gradient (default {d.bytes_grad:g}: fp32 "
+                                                         "main_grad)")
+    group.add_argument("--bytes-optimizer", metavar="K", help=f"optimizer-state bytes per parameter (default "
+                                                              f"{d.bytes_optimizer:g}: Adam's fp32 master weight "
+                                                              "and two moments)")
+    group.add_argument("--no-flash-attention", action="store_true",
+                       help="keep the s-by-s attention scores for the backward pass (no fused attention kernel)")
+    group.add_argument("--zero-level", metavar="Z", help="ZeRO stage 0-3 of every layout (default: from the "
+                                                         "layout: fsdp 3, op with grad_shard 2, op 1, else 0)")
+
+
+def _amount(option: str, text: str, unit: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{option}: expected a finite number >= 0 ({unit}), got {text!r}")
+    return value
+
+
+def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> MemorySettings:
+    """``MemorySettings`` from the memory options; *wanted* says whether the option *needs* is on.
+
+    Raises:
+        ValueError: one line naming the option: a negative, NaN, infinite or unreadable number, a
+            ZeRO stage other than 0-3, or a memory option without *needs*.
+    """
+    given = {option: getattr(args, option[2:].replace("-", "_"), None) for option in MEMORY_AMOUNTS}
+    zero = getattr(args, "zero_level", None)
+    flash_off = bool(getattr(args, "no_flash_attention", False))
+    stated = [option for option, value in given.items() if value is not None]
+    stated += ["--zero-level"] * (zero is not None) + ["--no-flash-attention"] * flash_off
+    if stated and not wanted:
+        raise ValueError(f"{stated[0]}: a memory setting; it needs {needs}")
+    changes: dict[str, Any] = {}
+    for option, text in given.items():
+        if text is not None:
+            field, unit = MEMORY_AMOUNTS[option]
+            value = _amount(option, text, unit)
+            changes[field] = value * 2.0 ** 30 if option == "--reserve" else value
+    if zero is not None:
+        if zero.strip() not in ("0", "1", "2", "3"):
+            raise ValueError(f"--zero-level: expected a ZeRO stage 0, 1, 2 or 3, got {zero!r}")
+        changes["zero_level"] = int(zero)
+    if flash_off:
+        changes["flash_attention"] = 0.0
+    return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     """The stage totals and per-dimension lists for the command's arguments, from the one pricer."""
     model = load_model(args.model)
+    settings = memory_settings(args, "--memory", getattr(args, "memory", False))
     devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
     pricer = StagePricer(model, device=args.device, with_recomp=args.with_recomp, ttype=args.ttype)
@@ -65,7 +143,7 @@ def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     res = {"model": args.model, "layout": str(layout), "device": args.device, "stages": totals, "per_dim": per_dim}
     if getattr(args, "memory", False):
         try:
-            res["memory"] = stage_memory(model, layout, system=args.device)
+            res["memory"] = stage_memory(model, layout, system=args.device, settings=settings)
         except NoCapacityError as exc:
             # The Ascend levels (A2, A3) describe links only; memory needs a catalog GPU's HBM.
             raise ValueError(f"--memory: {exc}; choose a --device with a GPU, e.g. --device dgx_h100") from None
@@ -90,9 +168,92 @@ def print_memory(memory: dict[str, Any]) -> None:
     print(f"memory per rank in GiB (2^30 bytes): capacity is the GPU's HBM, headroom = capacity - reserve "
           f"({memory['reserve_bytes'] / GIB:g} GiB) - total; ZeRO stage {memory['zero_level']}, "
           f"variant {memory['variant']}; workspace is what a recomputed layer holds again in its backward pass.")
+    if "settings" in memory:
+        m = memory["settings"]
+        print(f"bytes per parameter: weights {m['bytes_p']:g}, gradients {m['bytes_grad']:g}, optimizer "
+              f"{m['bytes_optimizer']:g}; flash attention {'on' if m['flash_attention'] else 'off'}.")
+
+
+TIME_UNITS = ("seconds per training step per rank (stage), NCCL's predicted time of each call times the calls per "
+              "step; no overlap with compute; the bottleneck is the stage with the most seconds")
+CONSISTENT_UNITS = "bytes one rank sends per training step (calls x the collective's share of nccl-tests size S)"
+
+
+def _consistent(args: argparse.Namespace) -> dict[str, Any]:
+    """Per stage, by dimension and collective: seconds (``--cost time``) or bytes per rank per step."""
+    from ..pricing.time import TIME_DIMENSIONS, TimePricer
+
+    model = load_model(args.model)
+    devices = None if args.devices is None else devices_count(args.devices)
+    layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    time = args.cost == "time"
+    pricer = TimePricer(model, system=args.device, order=args.order, volumes_only=not time)
+    validate(model, layout, devices)
+    batch = LayoutBatch.from_layouts([layout])
+    if time:
+        prices = pricer.price_batch(batch, validated=True, per_stage=True)
+        table, what = prices.stages, "time_s"
+    else:
+        table, what = pricer.volumes(batch, validated=True), "step_bytes"
+    stages = []
+    for i in range(layout.p):
+        row: dict[str, Any] = {"stage": i}
+        by_coll = {key: float(finite(f"stage {i} {key}", table[what][key][0, i])) for key in table[what]}
+        by_dim = {dim: sum(v for k, v in by_coll.items() if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
+        key = "total_s" if time else "total_bytes"
+        row[key] = sum(by_dim.values())
+        row["by_dimension"] = by_dim
+        row["by_collective"] = by_coll
+        row["calls"] = {k: float(table["calls_count"][k][0, i]) for k in table["calls_count"]}
+        row["msg_bytes"] = {k: float(table["msg_bytes"][k][0, i]) for k in table["msg_bytes"]}
+        if time:
+            row["step_bytes"] = {k: float(table["step_bytes"][k][0, i]) for k in table["step_bytes"]}
+        stages.append(row)
+    res: dict[str, Any] = {"model": args.model, "layout": str(layout), "device": args.device, "cost": args.cost,
+                           "convention": "consistent", "order": args.order, "stages": stages,
+                           "units": TIME_UNITS if time else CONSISTENT_UNITS}
+    if time:
+        b = int(prices.bottleneck_stage[0])
+        res["bottleneck"] = {"stage": b, "seconds": float(prices.bottleneck_s[0]),
+                             "by_dimension": {d: float(v[0]) for d, v in prices.by_dimension.items()}}
+    return res
+
+
+def _print_consistent(res: dict[str, Any]) -> None:
+    time = res["cost"] == "time"
+    scale, unit = (1e3, "ms") if time else (2.0 ** -30, "GiB")
+    total = "total_s" if time else "total_bytes"
+    dims = list(res["stages"][0]["by_dimension"]) if res["stages"] else []
+    print(f"model {res['model']}  layout {res['layout']}  device {res['device']}  order {res['order']}")
+    print(f"{'stage':>5}  {'total ' + unit:>12}  " + "  ".join(f"{d.upper() + ' ' + unit:>12}" for d in dims))
+    for row in res["stages"]:
+        print(f"{row['stage']:>5}  {row[total] * scale:>12.4f}  "
+              + "  ".join(f"{row['by_dimension'][d] * scale:>12.4f}" for d in dims))
+    colls = [k for k in (res["stages"][0]["by_collective"] if res["stages"] else {})
+             if any(row["by_collective"][k] for row in res["stages"])]
+    if colls:
+        print()
+        print(f"{'stage':>5}  " + "  ".join(f"{k:>22}" for k in colls))
+        for row in res["stages"]:
+            print(f"{row['stage']:>5}  " + "  ".join(f"{row['by_collective'][k] * scale:>22.4f}" for k in colls))
+    if time:
+        b = res["bottleneck"]
+        print(f"bottleneck: stage {b['stage']}, {b['seconds'] * 1e3:.4f} ms of communication per step")
+    print(f"{unit}: {res['units']}.")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cost == "time" or args.convention == "consistent":
+        if getattr(args, "memory", False):
+            raise ValueError("--memory: prints with the original convention only; drop --cost time / "
+                             "--convention consistent or --memory")
+        res = _consistent(args)
+        if args.json:
+            print(json_text({k: v for k, v in res.items() if k not in ("model", "layout", "device")}
+                            | {"model": res["model"], "layout": res["layout"], "device": res["device"]}))
+        else:
+            _print_consistent(res)
+        return 0
     res = stage_results(args)
     if args.json:
         out: dict[str, Any] = {"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[args.ttype]}

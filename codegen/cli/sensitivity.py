@@ -3,7 +3,9 @@
 Command line::
 
     symcost sensitivity --model NAME [--layout K=V,…] [--device D] [--fsdp] [--recompute R] [--with-recomp]
-                        [--ttype FLOP|TIME] [--objective max|sum] [--degrees t,cp,…] [--json] [--plot FILE.png]
+                        [--ttype FLOP|TIME] [--objective max|sum|memory] [--degrees t,cp,…] [--json] [--plot FILE.png]
+                        [memory settings: --reserve GIB --bytes-param B --bytes-grad B --bytes-optimizer K
+                         --no-flash-attention --zero-level Z]
 
 ``--json`` prints ``{"objective", "value", "degrees": {x: {"value", "derivative", "elasticity",
 "doubling_ratio"}}, "units"}``; ``--plot FILE`` draws the objective against each degree over the
@@ -24,7 +26,7 @@ from symbolic.vocabulary import DEGREES
 
 from ..configs.models import ModelConfig, load_model, model_names
 from ..inputs import finite, json_text
-from .eval import UNITS
+from .eval import UNITS, add_memory_options, memory_settings
 from ..pricing.sensitivity import Sensitivity, Settings, check_degrees, objective_curve, sensitivity
 
 __all__ = ["register", "run"]
@@ -44,8 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true", help="price the recompute sums (as symcost eval)")
     p.add_argument("--ttype", default="FLOP", help="FLOP (volumes; default) or TIME (level scores)")
-    p.add_argument("--objective", default="max", help="max (bottleneck stage; default) or sum (over stages)")
+    p.add_argument("--objective", default="max", help="max (bottleneck stage; default), sum (over stages) or memory "
+                                                      "(the peak stage's memory per rank, bytes)")
     p.add_argument("--degrees", default=",".join(DEGREES), help=f"comma-separated subset of {','.join(DEGREES)}")
+    add_memory_options(p, "--objective memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree into FILE (.png, "
                                                       ".svg or .pdf; replaces an existing file; needs matplotlib)")
@@ -54,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(device=args.device, fsdp=args.fsdp, recompute=args.recompute, with_recomp=args.with_recomp,
-                    ttype=args.ttype, objective=args.objective)
+                    ttype=args.ttype, objective=args.objective,
+                    memory=memory_settings(args, "--objective memory", args.objective == "memory"))
 
 
 def _fmt(value: float | None) -> str:
@@ -100,8 +105,16 @@ def _check_finite(result: Sensitivity) -> None:
             finite(f"doubling ratio of {d.name}", d.doubling_ratio)
 
 
+#: What ``--objective memory`` prices.
+MEMORY_UNITS = "bytes per rank (memory of the peak pipeline stage)"
+
+
 #: ``"units"`` of ``--json``.
 def units(settings: Settings) -> dict[str, str]:
+    if settings.objective == "memory":
+        return {"value": MEMORY_UNITS, "derivative": "bytes per rank per unit of the degree",
+                "elasticity": "dimensionless (relative change of the value per relative change of the degree)",
+                "doubling_ratio": "dimensionless (value with the degree doubled / value)"}
     return {"value": UNITS[settings.ttype], "derivative": "the value's units per unit of the degree",
             "elasticity": "dimensionless (relative change of the value per relative change of the degree)",
             "doubling_ratio": "dimensionless (value with the degree doubled / value)"}
@@ -143,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
     where = (f"bottleneck stage {', '.join(map(str, result.bottleneck))}" if settings.objective == "max"
              else f"sum over {len(result.stages)} stages")
+    if settings.objective == "memory":
+        where = f"peak stage {', '.join(map(str, result.bottleneck))}"
     print(f"model {name}  layout {result.layout}  device {settings.device}")
     print(f"objective {settings.objective} = {result.value:.6g} ({where}); ranked by |elasticity|")
     print(f"{'degree':>6}  {'value':>7}  {'derivative':>13}  {'elasticity':>11}  {'x2 ratio':>9}  note")
@@ -150,9 +165,12 @@ def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
         note = f"x2 invalid: {d.reason}" if d.reason else ""
         print(f"{d.name:>6}  {d.value:>7}  {d.derivative:>13.6g}  {d.elasticity:>11.4g}  "
               f"{_fmt(d.doubling_ratio):>9}  {note}")
-    print(f"value: {UNITS[settings.ttype]}; derivative: value units per unit of the degree.")
-    print("derivative: d objective / d degree with derived fields (comm_*, t_exp, d_exp, ZeRO levels, shards, "
-          "layer counts) held; p through layer counts ∝ 1/p. x2 ratio: doubled layout re-priced from scratch.")
+    print(f"value: {MEMORY_UNITS if settings.objective == 'memory' else UNITS[settings.ttype]}; derivative: value "
+          f"units per unit of the degree.")
+    held = ("sp, t_exp, the ZeRO stage, shard sizes" if settings.objective == "memory"
+            else "comm_*, t_exp, d_exp, ZeRO levels, shards")
+    print(f"derivative: d objective / d degree with derived fields ({held}, layer counts) held; p through layer "
+          "counts ∝ 1/p. x2 ratio: doubled layout re-priced from scratch.")
 
 
 def _plot(pyplot: Any, model: ModelConfig, layout_text: str, settings: Settings, result: Sensitivity,

@@ -22,27 +22,35 @@ Public API::
     stage_inputs(model, layout, settings, counts) -> dict
     evaluate_stages(key, values, outputs=...) -> dict[str, ndarray]
     stage_memory(model, layout, *, system, settings=DEFAULT_SETTINGS) -> dict
+    stage_totals(model, layout, settings=DEFAULT_SETTINGS) -> ndarray  (bytes per rank per stage)
+    stage_slopes(model, layout, degrees, settings=DEFAULT_SETTINGS, *, relax_p=True) -> dict[str, ndarray]
+    MemoryPricer(model, *, system, settings=DEFAULT_SETTINGS).price_batch(batch, *, validated=False)
+        -> MemoryPrices  (arrays of layouts, for searchers)
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import attention_variant
+from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
-from ..configs.layouts import Layout, build_stages, derive_fields
-from ..configs.models import ModelConfig
-from ..inputs import finite
+from ..configs.layouts import (Layout, LayoutBatch, LayoutError, build_stages, check_batch, derive_fields,
+                               derive_fields_batch, pipeline_stage_counts)
+from ..configs.models import ModelConfig, load_model
+from ..inputs import finite, flag
+from ..kernels import fused_available, fused_function
 from .stages import stage_counts
 
 __all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",
-           "variant_key", "call", "stage_inputs", "evaluate_stages", "stage_memory"]
+           "variant_key", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
+           "slope_name", "MemoryPricer", "MemoryPrices"]
 
 #: The parts of a stage's total, in the order they are printed; they add up to ``total``.
 #: ``recompute_workspace`` is what a recomputed layer holds again during its backward pass
@@ -81,10 +89,17 @@ class MemorySettings:
     reserve_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.zero_level is not None and self.zero_level not in (0, 1, 2, 3):
+        if self.zero_level is not None and (isinstance(self.zero_level, bool) or self.zero_level not in (0, 1, 2, 3)):
             raise ValueError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
-        if not np.isfinite(self.reserve_bytes) or self.reserve_bytes < 0:
-            raise ValueError(f"reserve_bytes: a finite number >= 0, got {self.reserve_bytes!r}")
+        # Every byte count is a finite number >= 0 and the two switches lie in [0, 1]: then each stage's
+        # total grows with every layer count and with the micro-batches in flight (MemoryPricer relies on it).
+        for name in ("bytes_compute", "bytes_logits", "bytes_p", "bytes_grad", "bytes_optimizer", "reserve_bytes",
+                     "dropout", "flash_attention"):
+            value = getattr(self, name)
+            ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+            if not ok or not np.isfinite(value) or value < 0 or (name in ("dropout", "flash_attention") and value > 1):
+                bound = "between 0 and 1" if name in ("dropout", "flash_attention") else ">= 0"
+                raise ValueError(f"{name}: a finite number {bound}, got {value!r}")
 
 
 #: Today's large-model training as ``symcost eval --memory`` assumes it: BF16 activations, no
@@ -103,8 +118,8 @@ class NoCapacityError(ValueError):
     """The system's catalog entry has no GPU facts, so no memory capacity to compare against."""
 
 
-def zero_level_of(layout: Layout) -> int:
-    """The ZeRO stage a layout runs: FSDP 3 (weights sharded too), optimizer and gradient sharding
+def zero_level_of(layout: Layout | LayoutBatch) -> int:
+    """The ZeRO stage a layout (or a batch, whose layouts share these settings) runs: FSDP 3 (weights sharded too), optimizer and gradient sharding
     2, optimizer sharding 1 (``op``, on by default as in MindSpore/HyperParallel), else 0."""
     if layout.fsdp:
         return 3
@@ -164,6 +179,11 @@ def _suffix(output: str) -> str:
     return output if output == "fits" else f"{output}_bytes"
 
 
+def _headroom(capacity: float, settings: MemorySettings, total: Any) -> Any:
+    """Headroom per rank: ``(capacity − reserve) − total``, one rounding order for every caller."""
+    return (capacity - float(settings.reserve_bytes)) - total
+
+
 def _system(system: System | str) -> System:
     return hardware.load(system) if isinstance(system, str) else system
 
@@ -174,7 +194,8 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
 
     Returns:
         ``{"variant": key, "units": "bytes", "capacity_bytes": C, "reserve_bytes": R,
-        "zero_level": z, "stages": [{"stage": i, "weights", "gradients", "optimizer",
+        "zero_level": z, "settings": {bytes_p, bytes_grad, bytes_optimizer, bytes_compute,
+        bytes_logits, flash_attention, dropout}, "stages": [{"stage": i, "weights", "gradients", "optimizer",
         "activations", "recompute_workspace", "total", "capacity", "headroom", "fits"}, …]}``;
         ``capacity`` is the GPU's HBM (``Gpu.hbm_bytes``), ``headroom = capacity − reserve −
         total`` and ``fits`` is ``headroom >= 0``.
@@ -190,14 +211,355 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
     counts = stage_counts(build_stages(model, layout), model.n_lay)
     values = stage_inputs(model, layout, settings, counts, capacity_bytes=capacity)
     key = variant_key(model)
-    got = evaluate_stages(key, values)
+    got = evaluate_stages(key, values, PARTS + ("total",))
     stages = []
     for i in range(layout.p):
         row: dict[str, Any] = {"stage": i}
         row.update({part: float(finite(f"stage {i} {part} bytes", got[part][i])) for part in PARTS + ("total",)})
         row["capacity"] = capacity
-        row["headroom"] = float(finite(f"stage {i} headroom bytes", got["headroom"][i]))
-        row["fits"] = bool(got["fits"][i] >= 0.5)
+        # capacity − reserve − total as MemoryPricer forms it (the generated headroom's value to rounding).
+        row["headroom"] = float(finite(f"stage {i} headroom bytes", _headroom(capacity, settings, got["total"][i])))
+        row["fits"] = bool(row["headroom"] >= 0)
         stages.append(row)
+    used = {name: float(getattr(settings, name)) for name in ("bytes_p", "bytes_grad", "bytes_optimizer",
+                                                               "bytes_compute", "bytes_logits", "flash_attention",
+                                                               "dropout")}
     return {"variant": key, "units": "bytes", "capacity_bytes": capacity, "reserve_bytes": float(settings.reserve_bytes),
-            "zero_level": int(values["zero_level"]), "stages": stages}
+            "zero_level": int(values["zero_level"]), "settings": used, "stages": stages}
+
+
+
+
+# ---------------------------------------------------------------- sensitivity
+
+
+def _values(model: ModelConfig, layout: Layout, settings: MemorySettings) -> dict[str, Any]:
+    counts = stage_counts(build_stages(model, layout), model.n_lay)
+    return stage_inputs(model, layout, settings, counts)
+
+
+def stage_totals(model: ModelConfig, layout: Layout, settings: MemorySettings = DEFAULT_SETTINGS) -> np.ndarray:
+    """Each stage's memory total per rank (bytes), shape ``(p,)``: :func:`stage_memory`'s totals, no GPU needed.
+
+    Raises:
+        LayoutError: when the layout does not fit the model.
+    """
+    return evaluate_stages(variant_key(model), _values(model, layout, settings), ("total",))["total"].copy()
+
+
+def slope_name(model: ModelConfig, degree: str, *, relax_p: bool = True) -> str:
+    """The generated derivative of the stage total in *degree* (``symbolic.memory.stage_slopes``); for ``p``
+    with *relax_p*, the one with the body-layer counts relaxed as shares of an even split (∝ 1/p)."""
+    suffix = "p_split" if degree == "p" and relax_p else degree
+    return f"memory_{variant_key(model)}_stage_total_bytes__d_{suffix}"
+
+
+def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
+                 settings: MemorySettings = DEFAULT_SETTINGS, *, relax_p: bool = True) -> dict[str, np.ndarray]:
+    """Per degree, each stage's ∂total/∂degree in bytes per rank per unit of the degree, shape ``(p,)``.
+
+    The generated derivatives (dimension ``memory_slope``) with every derived field and the
+    layer counts held (``p``: the counts relaxed, see :func:`slope_name`); a degree the total
+    does not read (``d``, whose effect is through the shard sizes; ``ep`` of a dense model) has
+    none and gets 0.
+    """
+    values = _values(model, layout, settings)
+    stages = np.shape(values["pp_rank"])
+    out = {}
+    for x in degrees:
+        name = slope_name(model, x, relax_p=relax_p)
+        out[x] = (np.broadcast_to(np.asarray(call(name, values), dtype=float), stages).copy()
+                  if name in generated.FORMULAS else np.zeros(stages))
+    return out
+
+
+# ---------------------------------------------------------------- arrays of layouts
+
+#: Layouts per block of the pricing loop: the temporaries of one block stay in the processor's cache.
+_BLOCK = 1 << 16
+
+#: The values :func:`stage_inputs` sets that are no configuration field.
+_NOT_FIELDS = frozenset(("bytes_compute", "dropout", "flash_attention", "bytes_logits", "bytes_p", "bytes_grad",
+                         "bytes_optimizer", "zero_level", "pp_rank", "device_memory_bytes", "memory_reserve"))
+
+
+def _function(name: str, backend: str) -> Callable[..., Any]:
+    """The generated function *name*: fused (numba) under ``"auto"`` where numba is installed, else NumPy.
+
+    Both targets round every operation alike (no fastmath), so the numbers are the same.
+    """
+    if backend not in ("auto", "numpy", "numba"):
+        raise ValueError(f"backend: expected 'auto', 'numpy' or 'numba', got {backend!r}")
+    if backend != "numpy" and (backend == "numba" or fused_available()):
+        return fused_function(name) or getattr(generated, name)
+    return getattr(generated, name)
+
+
+def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
+    """The stages of one pipeline that may hold its peak, in stage order.
+
+    With non-negative settings (:class:`MemorySettings` checks them) a stage's total grows with
+    each of its weights: the embedding and output layers, the body layers, those not, selectively
+    and fully recomputed, whether it recomputes at all (the workspace), and the micro-batches in
+    flight, which fall with the stage index. A stage another stage matches or exceeds in every
+    weight, an earlier one included, is never the first largest: only the others are evaluated.
+    """
+    layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
+    rows = np.stack([counts["n_embedding"], counts["n_output"], layers,
+                     layers - counts["n_full_rec"] - counts["n_sel_rec"], counts["n_sel_rec"], counts["n_full_rec"],
+                     np.minimum(counts["n_full_rec"], 1), np.minimum(counts["n_sel_rec"], 1),
+                     -np.arange(len(layers))], axis=1)
+    return [i for i in range(len(rows)) if not any(j != i and (rows[j] >= rows[i]).all() for j in range(len(rows)))]
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Stage counts by pipeline, for a batch's range of ``p`` and ``vp``.
+
+    Attributes:
+        radix: ``vp``'s radix in the pipeline index ``p·radix + vp`` (0: the index is 0, one pipeline).
+        counts: count name → ``(pipelines, P_max)`` table (0 past a pipeline's last stage).
+        kinds: per candidate position, count name and ``pp_rank`` → a number (the same in every
+            pipeline) or a table over the pipeline index; a pipeline with fewer candidates repeats
+            its first.
+        extra: per candidate position, ``None`` where every pipeline has it, else a bool table over
+            the pipeline index: which pipelines have that many candidates (the others need no evaluation).
+    """
+
+    radix: int
+    counts: Mapping[str, np.ndarray]
+    kinds: tuple[Mapping[str, Any], ...]
+    extra: tuple[np.ndarray | None, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryPrices:
+    """Memory per rank of N layouts at each layout's peak stage, in bytes: ``(N,)`` arrays.
+
+    Attributes:
+        peak_total: the largest stage total of each layout (bytes per rank).
+        capacity: the GPU's HBM per rank (the same for every layout).
+        headroom: ``capacity − reserve − peak_total``: the least headroom over the stages.
+        fits: ``headroom >= 0`` (bool): every stage of the layout fits.
+        peak_stage: the index of the stage with the largest total (int64; the first on a tie).
+        weights, gradients, optimizer, activations, recompute_workspace: the parts of the peak
+            stage, adding up to ``peak_total``; evaluated on first access (a feasibility search
+            reads ``fits`` and ``headroom`` alone).
+    """
+
+    peak_total: np.ndarray
+    capacity: np.ndarray
+    headroom: np.ndarray
+    fits: np.ndarray
+    peak_stage: np.ndarray
+    _parts: Callable[[], Mapping[str, np.ndarray]]
+
+    def __len__(self) -> int:
+        return len(self.peak_total)
+
+    def parts(self) -> dict[str, np.ndarray]:
+        """The peak stage's parts (``PARTS``), evaluated once."""
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = dict(self._parts())
+            object.__setattr__(self, "_cache", cache)
+        return cache
+
+    weights = property(lambda self: self.parts()["weights"], doc="Weight bytes per rank of the peak stage.")
+    gradients = property(lambda self: self.parts()["gradients"], doc="Gradient bytes per rank of the peak stage.")
+    optimizer = property(lambda self: self.parts()["optimizer"], doc="Optimizer-state bytes of the peak stage.")
+    activations = property(lambda self: self.parts()["activations"], doc="Activation bytes of the peak stage.")
+    recompute_workspace = property(lambda self: self.parts()["recompute_workspace"],
+                                   doc="Recompute workspace bytes of the peak stage.")
+
+
+class MemoryPricer:
+    """Memory per rank of arrays of layouts of one model, vectorised, on the generated stage forms (no SymPy).
+
+    The numbers of :func:`stage_memory` layout by layout, exactly: each layout's stages are
+    evaluated by ``memory_<variant>_stage_total_bytes`` on the same values. To be cheap per
+    layout, the stage counts come from small tables over the pipeline shapes ``(p, vp)``
+    (``pipeline_stage_counts``, the offset and recompute list where they apply), gathered by
+    each layout's pipeline, and only the stages that can hold a pipeline's peak are evaluated
+    (:func:`_candidates`: usually the first and the last); the parts of the peak stage are
+    evaluated when first read.
+
+    Args:
+        model: a bundled model name, a YAML path or a loaded ``ModelConfig``.
+        system: hardware catalog name or ``hardware.System`` with GPU facts (the capacity).
+        settings: :class:`MemorySettings` (a ZeRO stage of ``None`` follows the batch's run settings).
+        backend: ``"auto"`` (the fused numba target where numba is installed, else NumPy),
+            ``"numpy"`` or ``"numba"``; the numbers are the same.
+
+    Raises:
+        NoCapacityError: when the system has no GPU facts.
+        ValueError: naming an unknown model or system.
+    """
+
+    def __init__(self, model: str | ModelConfig, *, system: System | str,
+                 settings: MemorySettings = DEFAULT_SETTINGS, backend: str = "auto"):
+        if isinstance(model, str):
+            model = load_model(model)
+        if not isinstance(model, ModelConfig):
+            raise TypeError(f"model: expected a model name, a YAML path or a ModelConfig, got {model!r}")
+        if not isinstance(settings, MemorySettings):
+            raise TypeError(f"settings: expected a MemorySettings, got {settings!r}")
+        net = _system(system)
+        if net.gpu is None:
+            raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
+        self.model, self.system, self.settings = model, net, settings
+        self.capacity = float(net.gpu.hbm_bytes)
+        self.key = variant_key(model)
+        names = {out: f"memory_{self.key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
+        self._functions = {out: _function(name, backend) for out, name in names.items()}
+        self._arguments = {out: generated.FORMULAS[name]["arguments"] for out, name in names.items()}
+        arguments = {a for args in self._arguments.values() for a in args}
+        self._fields = tuple(sorted(arguments - _NOT_FIELDS - set(STAGE_COUNT_NAMES)))
+        self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
+        self._tables: dict[Any, _Tables] = {}
+
+    def price_batch(self, batch: LayoutBatch, *, validated: bool = False) -> MemoryPrices:
+        """Memory per rank of every layout of *batch* at its peak stage (:class:`MemoryPrices`).
+
+        Args:
+            validated: the caller kept only layouts ``validate_batch`` accepts; they are not
+                checked again (an invalid layout then gets an unspecified price).
+
+        Raises:
+            codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
+        """
+        validated = flag("validated", validated)  # only a real bool: validated="no" must not skip the checks
+        if not isinstance(batch, LayoutBatch):
+            raise TypeError(f"batch: expected a LayoutBatch, got {batch!r}")
+        n = len(batch)
+        peak_total, peak_stage = np.empty(n), np.empty(n, dtype=np.int64)
+        if n and not validated:
+            check_batch(self.model, batch)
+        shared = self._shared(batch)
+        tables = self._plan(batch) if n else None
+        index = None if tables is None or tables.radix == 0 else batch.p * tables.radix + batch.vp
+        for start in range(0, n, _BLOCK):
+            rows = slice(start, start + _BLOCK)
+            block = batch.subset(rows) if n > _BLOCK else batch
+            fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
+            at = None if index is None else index[rows]
+            best, stage = peak_total[rows], peak_stage[rows]
+            for u, (kind, extra) in enumerate(zip(tables.kinds, tables.extra)):
+                values = {**fields, **shared}
+                if extra is not None and at is not None:
+                    # Only the layouts whose pipeline has this many candidates: the others repeat their first.
+                    picked = np.flatnonzero(extra[at])
+                    if not len(picked):
+                        continue
+                    values = {k: (v[picked] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+                    where = at[picked]
+                else:
+                    picked, where = None, at
+                values.update({k: (v if where is None or not isinstance(v, np.ndarray) else v[where])
+                               for k, v in kind.items()})
+                total = self._call("total", values)
+                if u == 0:
+                    best[...] = total
+                    stage[...] = values["pp_rank"]
+                elif picked is None:
+                    better = total > best
+                    np.copyto(best, total, where=better)
+                    np.copyto(stage, values["pp_rank"], where=better, casting="unsafe")
+                else:
+                    better = total > best[picked]
+                    chosen = picked[better]
+                    best[chosen] = total[better]
+                    stage[chosen] = np.broadcast_to(values["pp_rank"], total.shape)[better]
+        headroom = _headroom(self.capacity, self.settings, peak_total)
+        return MemoryPrices(peak_total=peak_total, capacity=np.full(n, self.capacity), headroom=headroom,
+                            fits=headroom >= 0, peak_stage=peak_stage,
+                            _parts=functools.partial(self._parts, batch, tables, index, peak_stage, shared))
+
+    def _call(self, output: str, values: Mapping[str, Any]) -> np.ndarray:
+        return self._functions[output](**{a: values[a] for a in self._arguments[output]})
+
+    def _parts(self, batch: LayoutBatch, tables: _Tables | None, index: np.ndarray | None, peak_stage: np.ndarray,
+               shared: Mapping[str, float]) -> dict[str, np.ndarray]:
+        """The parts of each layout's peak stage, block by block."""
+        n = len(batch)
+        out = {part: np.empty(n) for part in PARTS}
+        for start in range(0, n, _BLOCK):
+            rows = slice(start, start + _BLOCK)
+            block = batch.subset(rows) if n > _BLOCK else batch
+            fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
+            stage = peak_stage[rows]
+            pipeline = 0 if index is None else index[rows]
+            counts = {name: table[pipeline, stage] for name, table in tables.counts.items()}
+            values = {**fields, **shared, **counts, "pp_rank": stage.astype(np.float64)}
+            for part in PARTS:
+                out[part][rows] = self._call(part, values)
+        return out
+
+    def _shared(self, batch: LayoutBatch) -> dict[str, float]:
+        """The values every layout of the batch shares: the settings and the ZeRO stage."""
+        s = self.settings
+        zero = zero_level_of(batch) if s.zero_level is None else s.zero_level
+        return {"bytes_compute": s.bytes_compute, "dropout": s.dropout, "flash_attention": s.flash_attention,
+                "bytes_logits": s.bytes_logits, "bytes_p": s.bytes_p, "bytes_grad": s.bytes_grad,
+                "bytes_optimizer": s.bytes_optimizer, "zero_level": float(zero)}
+
+    def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
+        """The stage counts of the batch's layouts with pipeline (p, vp), as ``build_stages`` gives them;
+        ``None`` when no layout can have that pipeline."""
+        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
+        plan = batch.recompute if list_applies else batch.recompute.uniform()
+        offset = batch.offset if offset_applies else None
+        key = (p, vp, plan, offset)
+        if key not in self._counts:
+            try:
+                self._counts[key] = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
+            except LayoutError:
+                self._counts[key] = None
+        return self._counts[key]
+
+    def _plan(self, batch: LayoutBatch) -> _Tables:
+        """The count tables for the batch's pipelines: every ``(p, vp)`` up to its largest (each built once)."""
+        p, vp = batch.p, batch.vp
+        single = p.strides == (0,) and vp.strides == (0,)
+        p_range = (int(p[0]), int(p[0]) + 1) if single else (1, int(p.max()) + 1)
+        vp_range = (int(vp[0]), int(vp[0]) + 1) if single else (1, int(vp.max()) + 1)
+        key = (p_range, vp_range, batch.offset, batch.offset_pipeline, batch.recompute, batch.recompute_pipeline)
+        tables = self._tables.get(key)
+        if tables is not None:
+            return tables
+        radix = 0 if single else vp_range[1]
+        pipelines = {(0 if single else pv * radix + v): (pv, v) for pv in range(*p_range) for v in range(*vp_range)}
+        present = {i: counts for i, (pv, v) in pipelines.items()
+                   if (counts := self._stage_counts(batch, pv, v)) is not None}
+        if not present:
+            raise LayoutError(f"no pipeline of p <= {p_range[1] - 1}, vp <= {vp_range[1] - 1} fits {self.model.name}")
+        size, depth = max(pipelines) + 1, max(len(c["n_body"]) for c in present.values())
+        counts = {name: np.zeros((size, depth)) for name in STAGE_COUNT_NAMES}
+        chosen: dict[int, list[int]] = {}
+        for i, c in present.items():
+            for name in STAGE_COUNT_NAMES:
+                counts[name][i, :len(c[name])] = c[name]
+            chosen[i] = _candidates(c)
+        width = max(len(c) for c in chosen.values())
+        kinds, extra = [], []
+        for u in range(width):
+            if all(len(c) > u for c in chosen.values()):
+                extra.append(None)
+            else:
+                has = np.zeros(size, dtype=bool)
+                has[[i for i, c in chosen.items() if len(c) > u]] = True
+                extra.append(has)
+            stage = {i: (c[u] if u < len(c) else c[0]) for i, c in chosen.items()}
+            kind: dict[str, Any] = {}
+            for name in (*STAGE_COUNT_NAMES, "pp_rank"):
+                column = {i: (float(s) if name == "pp_rank" else float(counts[name][i, s])) for i, s in stage.items()}
+                distinct = set(column.values())
+                if len(distinct) == 1:
+                    kind[name] = distinct.pop()
+                else:
+                    table = np.zeros(size)
+                    table[list(column)] = list(column.values())
+                    kind[name] = table
+            kinds.append(kind)
+        tables = self._tables[key] = _Tables(radix=radix, counts=counts, kinds=tuple(kinds), extra=tuple(extra))
+        return tables

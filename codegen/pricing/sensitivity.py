@@ -6,7 +6,8 @@ degree or size ``x`` of ``t, cp, ep, d, p, m, b, s``:
 * **value** of the objective: the bottleneck stage's total (``max``, the
   default: a pipeline runs at its slowest stage) or the sum of the stage
   totals (``sum``), in the original's mixed units (see ``symcost eval``);
-  ``--with-recomp`` prices the recompute sums instead.
+  ``--with-recomp`` prices the recompute sums instead. Objective ``memory``:
+  the peak stage's memory per rank in bytes (``codegen.pricing.memory``).
 * **derivative** ``∂objective/∂x``: the partial derivative of the stage
   closed forms (``symbolic.model``; their terms' derivatives are generated
   ahead of time as ``symbolic.model.SLOPES``) in ``x``'s symbol, with
@@ -67,14 +68,17 @@ from symbolic.vocabulary import DEGREES
 
 from ..configs.layouts import Layout, LayoutBatch, parse_layout, validate
 from ..configs.models import ModelConfig
+from . import memory
 from .pricer import StagePricer
 from .stages import TTYPES
 
 __all__ = ["DEGREES", "OBJECTIVES", "Settings", "DegreeSensitivity", "Sensitivity", "sensitivity",
            "stage_derivatives", "objective_curve", "check_degrees"]
 
-#: How stage totals combine into one number: the bottleneck stage, or all stages together.
-OBJECTIVES = ("max", "sum")
+#: How stage totals combine into one number: the bottleneck stage, or all stages together; ``memory``:
+#: the peak stage's memory per rank in bytes (``codegen.pricing.memory``), its slopes generated as
+#: ``symbolic.memory.stage_slopes`` (``p`` with the body-layer counts relaxed ∝ 1/p, as for ``max``).
+OBJECTIVES = ("max", "sum", "memory")
 
 #: Stages whose totals are within this relative distance of the maximum tie for the bottleneck.
 _TIE = 1e-12
@@ -90,7 +94,9 @@ class Settings:
         recompute: ``full``, ``selective``, ``none`` or ``N,N,…`` (``--recompute``); ``None`` keeps the model's.
         with_recomp: price the recompute sums (``--with-recomp``).
         ttype: ``FLOP`` (volumes) or ``TIME`` (level scores for DP, TP, CP).
-        objective: ``max`` (the bottleneck stage) or ``sum`` (over the stages).
+        objective: ``max`` (the bottleneck stage), ``sum`` (over the stages) or ``memory`` (the peak
+            stage's memory per rank, bytes).
+        memory: the memory formulas' run settings (``objective="memory"``).
     """
 
     device: str = "A2"
@@ -99,6 +105,7 @@ class Settings:
     with_recomp: bool = False
     ttype: str = "FLOP"
     objective: str = "max"
+    memory: memory.MemorySettings = memory.DEFAULT_SETTINGS
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -183,7 +190,14 @@ def _stage_totals(pricer: StagePricer, layout: Layout) -> np.ndarray:
 
 
 def _combine(totals: np.ndarray, objective: str) -> float:
-    return float(totals.max() if objective == "max" else totals.sum())
+    return float(totals.sum() if objective == "sum" else totals.max())
+
+
+def _totals(pricer: StagePricer, model: ModelConfig, layout: Layout, settings: Settings) -> np.ndarray:
+    """Each stage's total the objective combines: communication, or memory per rank (bytes)."""
+    if settings.objective == "memory":
+        return memory.stage_totals(model, layout, settings.memory)
+    return _stage_totals(pricer, layout)
 
 
 def _degree_value(model: ModelConfig, layout: Layout, name: str) -> int:
@@ -231,6 +245,9 @@ def stage_derivatives(model: ModelConfig, layout: Layout, settings: Settings,
         ValueError: naming an unknown degree.
     """
     degrees = check_degrees(degrees)
+    if settings.objective == "memory":
+        return memory.stage_totals(model, layout, settings.memory), memory.stage_slopes(
+            model, layout, degrees, settings.memory, relax_p=True)
     pricer = settings.pricer(model)
     batch = LayoutBatch.from_layouts([layout])
     totals = _stage_totals(pricer, layout)
@@ -286,7 +303,7 @@ def sensitivity(model: ModelConfig, layout_text: str, settings: Settings = Setti
 
 
 def _price_text(pricer: StagePricer, model: ModelConfig, text: str, settings: Settings) -> float:
-    return _combine(_stage_totals(pricer, _layout(model, text, settings)), settings.objective)
+    return _combine(_totals(pricer, model, _layout(model, text, settings), settings), settings.objective)
 
 
 def _doubling_ratio(pricer: StagePricer, model: ModelConfig, doubled_text: str, settings: Settings,

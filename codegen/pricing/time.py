@@ -1,0 +1,347 @@
+"""Communication seconds per training step of every pipeline stage, vectorised over layouts (no SymPy).
+
+For arrays of layouts of one model on a catalog system with GPU and network facts, the
+:class:`TimePricer` gives, per pipeline stage, per dimension (``tp, cp, ep, dp, pp``) and
+collective: calls per step, the nccl-tests size S of one call, bytes per rank per step and
+seconds per step — the generated forms of ``symbolic.stage_time`` (``<dim>_<collective>_stage_*``),
+which price each call with NCCL's own tuner model (``collective_<op>_nccl_time_s``).
+
+How it binds them:
+
+* the model's and the layout's fields come from ``derive_fields_batch`` through ``stages.bind``
+  (the ZeRO switches follow from ``comm_d_non_exp`` / ``comm_d_exp``);
+* every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)``, read by name, so
+  a constant the collective model adds flows through unchanged;
+* each collective's group is placed by the rank order (``codegen.pricing.placement``; Megatron's
+  ``tp-cp-ep-dp-pp`` by default): the dense groups with degrees ``tp = t, cp, ep = 1, dp = d, pp = p``,
+  the expert groups (EP and the expert data-parallel group) with ``tp = t_exp, cp = 1, ep, dp = d_exp,
+  pp = p`` (Megatron's expert rank generator); PP prices the pair of neighbouring stages. The
+  generated ``placement_group_*`` forms give ranks per node, nodes spanned and NICs used;
+* a stage holds ``n_body + n_extra + n_extra_sel`` transformer layers (body and MTP), all of them MoE
+  layers in a model with experts (as the original prices ``first_k_dense`` layers); per-layer items
+  (TP, CP, EP) are evaluated once per layout and weighed by the counts; DP's gradient buffer grows
+  with the stage's layers, so DP is evaluated on each distinct count of the pipeline.
+
+Nothing overlaps: a stage's communication seconds are the sum over its collectives; the
+bottleneck is the stage with the most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+import generated
+from symbolic.symbols import SPECS
+
+from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
+from ..configs.models import ModelConfig, load_model
+from ..inputs import flag
+from .placement import DEFAULT_ORDER, group_strides
+from .stages import BIND_SOURCES, Fields, bind
+
+__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS"]
+
+#: The dimensions a stage's communication time is split by.
+TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+#: What the per-stage arrays hold per item: calls per step, S of one call, bytes per rank per step, seconds.
+WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
+#: Layouts per block: the temporaries of the collective forms stay in cache.
+_BLOCK = 1 << 13
+_GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
+
+
+@dataclass(frozen=True)
+class TimePrices:
+    """Communication seconds per step of N layouts.
+
+    Attributes:
+        bottleneck_s: seconds of the stage with the most communication seconds, ``(N,)``.
+        by_dimension: per dimension of ``TIME_DIMENSIONS``, that stage's seconds, ``(N,)``.
+        bottleneck_stage: the index of that stage, ``(N,)`` integers.
+        stages: with ``per_stage=True``, ``what → "dim.collective" → (N, P_max)`` for ``what`` in
+            ``WHATS`` (NaN past a layout's last stage), plus ``"total_s"`` → ``(N, P_max)`` (the
+            stage's seconds over every collective); else ``None``.
+    """
+
+    bottleneck_s: np.ndarray
+    by_dimension: dict[str, np.ndarray]
+    bottleneck_stage: np.ndarray
+    stages: dict[str, Any] | None = None
+
+
+def _items() -> tuple[tuple[str, str, str, str], ...]:
+    """(dimension, collective, group, weight) of every item of ``symbolic.stage_time``, from the generated table."""
+    out = []
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if pairs.get("output") == "time" and pairs.get("what") == "time_s":
+            out.append((pairs["dimension"], pairs["collective"], pairs["group"], pairs["weight"]))
+    return tuple(out)
+
+
+#: Per item of ``symbolic.stage_time``: (dimension, collective, group, weight), in registry order.
+ITEMS = _items()
+
+
+def _item_name(dim: str, coll: str, what: str) -> str:
+    return f"{dim}_{coll}_stage_{what}"
+
+
+def _arguments(name: str) -> tuple[str, ...]:
+    return generated.FORMULAS[name]["arguments"]
+
+
+_PARAMS = ("P_ne", "P_r")
+
+
+def _hardware_symbol(name: str) -> bool:
+    """A symbol of the collective time forms that ``time_bindings`` gives (by its declared unit)."""
+    return SPECS[name].unit in ("s", "bytes/s") or name in ("ring_channels", "nvls", "nvls_efficiency")
+
+
+def _layer_params(f: Fields) -> dict[str, Any]:
+    """``P_ne`` and ``P_r`` of one transformer layer (the generated ``params_*`` forms of the model's variant).
+
+    The dense data-parallel group reduces every parameter that is not a routed expert, so ``P_ne``
+    is bound with the shared experts included (``P_ne + P_s``); ``P_r`` is the routed experts'.
+    """
+    from symbolic.vocabulary import attention_variant
+
+    att = attention_variant(dc_kv=f.scalar("dc_kv"), dc_q=f.scalar("dc_q")).value
+    label = "moe" if f.scalar("n_exp") > 1 else "dense"
+    out = {}
+    for key, name in (("P_ne", f"params_{att}_{label}_non_expert_params"),
+                      ("P_s", f"params_{label}_shared_experts_params"),
+                      ("P_r", f"params_{label}_routed_experts_params")):
+        out[key] = getattr(generated, name)(**{a: f.num(a) for a in _arguments(name)})
+    return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
+
+
+class TimePricer:
+    """Prices the communication seconds of arrays of layouts of one model on one catalog system.
+
+    Args:
+        model: a bundled model name, a YAML path or a loaded ``ModelConfig``.
+        system: a catalog system (or alias) with ``[gpu]`` facts, e.g. ``"dgx_h100"``.
+        order: the rank order, dimensions innermost first (``tp-cp-ep-dp-pp``: Megatron's default).
+        fsdp, recompute: run settings shared by every layout (``None`` keeps the model file's).
+        volumes_only: only :meth:`volumes` will be asked for (calls, S, bytes: no hardware needed, so
+            a system without GPU facts is accepted).
+
+    Raises:
+        ValueError: naming an unknown model or system, a system without GPU facts (A2, A3), or a
+            malformed order.
+    """
+
+    def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
+                 recompute: str | None = None, volumes_only: bool = False):
+        import hardware
+        from hardware._nccl import time_bindings
+
+        if isinstance(model, str):
+            model = load_model(model)
+        if not isinstance(model, ModelConfig):
+            raise TypeError(f"model: expected a model name, a YAML path or a ModelConfig, got {model!r}")
+        self.model = model
+        self.system_name = system
+        self.system = hardware.load(system)
+        if self.system.gpu is None and not volumes_only:
+            raise ValueError(f"--device {system}: system {self.system.name!r} has no GPU and network facts ([gpu] "
+                             "table); the time model needs a catalog system such as dgx_h100")
+        self.volumes_only = bool(volumes_only)
+        self.hardware = {} if self.system.gpu is None else {k: float(v) for k, v in time_bindings(self.system).items()}
+        dims = order.split("-") if isinstance(order, str) else []
+        if sorted(dims) != sorted(TIME_DIMENSIONS):
+            raise ValueError(f"order: the dimensions {', '.join(TIME_DIMENSIONS)} each once, joined by '-', "
+                             f"got {order!r}")
+        self.order = order
+        self.fsdp, self.recompute = fsdp, recompute
+        self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
+        names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in WHATS]
+        layout_args = {a for n in names for a in _arguments(n) if not _hardware_symbol(a)} - set(_GROUP_SYMBOLS) - {
+            "n_layers_stage", "n_moe_layers_stage"}
+        self._needed = frozenset(layout_args)
+        params = {a for n in generated.FORMULAS if n.startswith("params_") for a in _arguments(n)}
+        self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) for s in BIND_SOURCES.get(n, (n,))}
+                                    | {"t", "cp", "ep", "d", "p", "vp", "t_exp", "d_exp", "n_exp", "dc_kv", "dc_q"}
+                                    | params))
+
+    # ------------------------------------------------------------------ public
+
+    def __call__(self, *, per_stage: bool = False, validated: bool = False, **arrays: Any) -> TimePrices:
+        """Prices of the layouts given as arrays (``d, t, p, cp, ep, m, b``, …; ``LayoutBatch.from_arrays``)."""
+        batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **arrays)
+        return self.price_batch(batch, per_stage=per_stage, validated=validated)
+
+    def price_batch(self, batch: LayoutBatch, *, validated: bool = False, per_stage: bool = False) -> TimePrices:
+        """Communication seconds of the layouts of *batch*: the bottleneck stage's, by dimension.
+
+        Args:
+            validated: the caller kept only layouts ``validate_batch`` accepts (not checked again).
+            per_stage: also every stage's calls, S, bytes and seconds per dimension and collective.
+
+        Raises:
+            codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
+        """
+        validated = flag("validated", validated)
+        per_stage = flag("per_stage", per_stage)
+        if self.volumes_only:
+            raise ValueError("TimePricer(volumes_only=True) prices volumes only: use volumes()")
+        return self._price(batch, validated, WHATS if per_stage else ("time_s",), per_stage)
+
+    def volumes(self, batch: LayoutBatch, *, validated: bool = False) -> dict[str, dict[str, np.ndarray]]:
+        """Every stage's calls per step, S of one call and bytes per rank per step, per dimension and collective.
+
+        Returns:
+            ``what → "dim.collective" → (N, P_max)`` for ``what`` in ``calls_count, msg_bytes, step_bytes``
+            (NaN past a layout's last stage). No hardware is read.
+        """
+        stages = self._price(batch, flag("validated", validated), WHATS[:3], True).stages
+        assert stages is not None
+        return {what: stages[what] for what in WHATS[:3]}
+
+    def _price(self, batch: LayoutBatch, validated: bool, whats: tuple[str, ...], per_stage: bool) -> TimePrices:
+        n = len(batch)
+        if not validated and n:
+            check_batch(self.model, batch)
+        bottleneck = np.empty(n)
+        stage_idx = np.zeros(n, dtype=np.int64)
+        by_dim = {dim: np.empty(n) for dim in TIME_DIMENSIONS}
+        p_max = int(batch.p.max()) if n else 0
+        stages: dict[str, Any] | None = None
+        if per_stage:
+            stages = {what: {f"{dim}.{coll}": np.full((n, p_max), np.nan) for dim, coll, _, _ in ITEMS}
+                      for what in whats}
+            stages["total_s"] = np.full((n, p_max), np.nan)
+        for start in range(0, n, _BLOCK):
+            rows = slice(start, min(n, start + _BLOCK))
+            block = batch.subset(rows) if n > _BLOCK else batch
+            self._price_block(block, rows, whats, bottleneck, stage_idx, by_dim, stages)
+        return TimePrices(bottleneck_s=bottleneck, by_dimension=by_dim, bottleneck_stage=stage_idx, stages=stages)
+
+    # ------------------------------------------------------------------ internals
+
+    def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
+        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
+        plan = batch.recompute if list_applies else batch.recompute.uniform()
+        offset = batch.offset if offset_applies else None
+        key = (p, vp, plan, offset)
+        if key not in self._counts:
+            self._counts[key] = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
+        return self._counts[key]
+
+    def _values(self, batch: LayoutBatch) -> tuple[dict[str, Any], Fields]:
+        derived = derive_fields_batch(self.model, batch, names=self._fields, validated=True, compact=True)
+        f = Fields(derived)
+        values = bind(f, self._needed - set(_PARAMS), system=self.system)
+        values.update(_layer_params(f))
+        values.update(self.hardware)
+        return values, f
+
+    def _placements(self, f: Fields) -> dict[str, dict[str, Any]]:
+        """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays."""
+        t, cp, ep, d, p = (f.num(k) for k in ("t", "cp", "ep", "d", "p"))
+        t_exp, d_exp = f.num("t_exp"), f.num("d_exp")
+        dense = group_strides(self.order, {"tp": t, "cp": cp, "ep": 1.0, "dp": d, "pp": p})
+        expert = group_strides(self.order, {"tp": t_exp, "cp": 1.0, "ep": ep, "dp": d_exp, "pp": p})
+        groups = {"tp": (t, dense["tp"]), "cp": (cp, dense["cp"]), "dp": (d, dense["dp"]),
+                  "pp": (2.0, dense["pp"]), "ep": (ep, expert["ep"]), "edp": (d_exp, expert["dp"])}
+        node = {"gpus_per_node": self.hardware["gpus_per_node"], "nics_per_node": self.hardware["nics_per_node"]}
+        out: dict[str, dict[str, Any]] = {}
+        for group, (size, stride) in groups.items():
+            args = dict(node, group_size=size, group_stride=stride)
+            out[group] = {key: getattr(generated, f"placement_group_{key}_count")(
+                **{a: args[a] for a in _arguments(f"placement_group_{key}_count")}) for key in _GROUP_SYMBOLS}
+        return out
+
+    def _layer_columns(self, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per layout, its stages' distinct (layers, MoE layers) columns and each stage's column.
+
+        Returns:
+            ``layers`` and ``moe_layers`` of shape (M, U) (a layout's distinct counts, padded with its
+            first), ``where`` (M, P_max): each stage's column (0 past the layout's last stage), and
+            ``inside`` (M, P_max): True for the layout's own stages.
+        """
+        p, vp = batch.p, batch.vp
+        key = p * (int(vp.max()) + 1) + vp
+        shapes, inverse = np.unique(key, return_inverse=True)
+        inverse = np.asarray(inverse).reshape(-1)
+        p_max = int(p.max())
+        tables = []
+        for shape in shapes:
+            first = int(np.flatnonzero(key == shape)[0])
+            counts = self._stage_counts(batch, int(p[first]), int(vp[first]))
+            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
+            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
+            distinct, where = np.unique(both, axis=1, return_inverse=True)
+            tables.append((distinct, np.asarray(where).reshape(-1)))
+        u_max = max(t[0].shape[1] for t in tables)
+        lay = np.empty((len(shapes), u_max))
+        moe_lay = np.empty((len(shapes), u_max))
+        where = np.zeros((len(shapes), p_max), dtype=np.intp)
+        inside = np.zeros((len(shapes), p_max), dtype=bool)
+        for j, (distinct, w) in enumerate(tables):
+            u = distinct.shape[1]
+            lay[j, :u], moe_lay[j, :u] = distinct
+            lay[j, u:], moe_lay[j, u:] = distinct[0, 0], distinct[1, 0]
+            where[j, :len(w)] = w
+            inside[j, :len(w)] = True
+        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+
+    def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
+                     stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
+        """Price one block: every item evaluated once per layout and distinct layer count of its stages.
+
+        A stage's items depend on its layers alone, so each of a layout's stages is one of its distinct
+        (layers, MoE layers) columns: the bottleneck is the largest column total, the stages gather
+        their column.
+        """
+        values, f = self._values(batch)
+        timed = "time_s" in whats
+        placed = self._placements(f) if timed else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
+        m = len(batch)
+        lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
+        col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+        per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
+        for dim, coll, group, weight in ITEMS:
+            grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
+            calls_name = _item_name(dim, coll, "calls_count")
+            for what in whats:
+                name = _item_name(dim, coll, what)
+                key = f"{dim}.{coll}"
+                if weight == "stage":
+                    args = dict(col, **grp, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
+                else:
+                    args = dict(values, **placed[group], n_layers_stage=1.0, n_moe_layers_stage=1.0)
+                if what == "time_s" and (key, "calls_count") not in per_column:
+                    calls = getattr(generated, calls_name)(**{a: args[a] for a in _arguments(calls_name)})
+                    if not np.any(calls):  # the collective does not run in this block: 0 s, skip NCCL's model
+                        per_column[(key, what)] = np.zeros((m, lay.shape[1]))
+                        continue
+                value = getattr(generated, name)(**{a: args[a] for a in _arguments(name)})
+                if weight != "stage":
+                    value = np.broadcast_to(value, (m,))[:, None]
+                    if what != "msg_bytes":
+                        value = value * (lay if weight == "layer" else moe_lay)
+                per_column[(key, what)] = np.broadcast_to(value, (m, lay.shape[1]))
+        keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
+        if timed:
+            dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
+            total = sum(dims.values())
+            best = np.argmax(total, axis=1)
+            pick = np.arange(m)
+            bottleneck[rows] = total[pick, best]
+            # The first stage with that column.
+            stage_idx[rows] = np.argmax((where == best[:, None]) & inside, axis=1)
+            for dim in TIME_DIMENSIONS:
+                by_dim[dim][rows] = dims[dim][pick, best]
+        if stages is not None:
+            p_max = stages[whats[0]][keys[0]].shape[1]
+            w = where[:, :p_max]
+            for (key, what), value in per_column.items():
+                stages[what][key][rows] = np.where(inside, np.take_along_axis(value, w, axis=1), np.nan)
+            if timed:
+                stages["total_s"][rows] = np.where(inside, np.take_along_axis(total, w, axis=1), np.nan)

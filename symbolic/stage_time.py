@@ -1,0 +1,142 @@
+"""Seconds per training step of every collective a pipeline stage runs, by dimension (consistent units).
+
+Each item is one collective of one dimension over one parallel group, written four ways
+(``<dim>_<collective>_stage_{calls_count, msg_bytes, step_bytes, time_s}``):
+
+* ``calls_count``: calls per rank per step (``symbolic.step_volumes``' counts, times the switches
+  that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage);
+* ``msg_bytes``: nccl-tests size S of one call (``symbolic.step_volumes``);
+* ``step_bytes``: bytes one rank sends per step, ``calls × share(S)`` (``symbolic.collectives``);
+* ``time_s``: seconds per step, ``calls × t(S)`` with ``t`` NCCL's predicted time of one call
+  (``collective_<op>_nccl_time_s`` of ``symbolic.collective_time``, the ``Min`` over its
+  algorithms and protocols).
+
+The time forms keep the group's placement as the collective formulas' own symbols
+(``ranks_per_node``, ``nodes``, ``nics_used``): the pricer binds them, per item, with the
+placement of that item's group (``symbolic.placement``) under the layout's rank order; ``ranks``
+is replaced by the group's degree, so a derivative in a degree acts through the group size and
+the message (the placement held).
+
+How a stage weighs them (``Formula.variant``: ``weight``):
+
+* ``layer`` (TP, CP): the form is per transformer layer of the stage (``n_layers_stage = 1``); the
+  stage's value is that times its transformer layers (body and MTP layers);
+* ``moe_layer`` (EP): per MoE layer (``n_moe_layers_stage = 1``), times the stage's MoE layers;
+* ``stage`` (DP, PP): the form holds the stage's layer counts itself (the gradient buffer grows with
+  the stage's layers, so the time is not linear in them); PP is one per stage.
+
+Not modelled (stated in docs/time.md): overlap of communication with compute (every second here is
+exposed), the extra forward collectives of recomputed layers, the embedding and output layers' TP
+collectives, gradient bucketing (one DP call per step of the stage's whole gradient, as
+``step_volumes``).
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from . import collectives, collective_time, step_volumes
+from .formula import Formula
+from .symbols import syms
+
+__all__ = ["FORMULAS", "ITEMS"]
+
+(t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers) = syms(
+    "t", "cp", "ep", "d", "d_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
+    "n_layers_stage", "n_moe_layers_stage")
+_S, _N, bytes_grad, bytes_p = syms("msg_bytes", "ranks", "bytes_grad", "bytes_p")
+
+_VOLUMES = {f.name: f.expr for f in step_volumes.FORMULAS}
+_TIMES = {f.name: f.expr for f in collective_time.FORMULAS}
+
+
+def _on(degree: sympy.Expr) -> sympy.Expr:
+    """1 for a group of two or more ranks, 0 for one rank (degrees are integers >= 1)."""
+    return sympy.Min(1, degree - 1)
+
+
+_sp_on = _on(sp)  # the layout's sp field is t with sequence parallelism, 1 without
+_SHARE = {"all_gather": collectives.all_gather, "reduce_scatter": collectives.reduce_scatter,
+          "all_reduce": collectives.all_reduce, "all_to_all": collectives.all_to_all,
+          "send_recv": lambda size, _group: collectives.p2p(size)}
+
+#: (dimension, collective, op, group, weight, calls per step, S, group degree, doc, source) per item.
+_ACT = _VOLUMES["tp_sp_collective_msg_bytes"]
+_TP_CALLS = _VOLUMES["tp_sp_all_gather_calls_count"].subs(layers, 1)
+_MEGATRON_SP = ("Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2 reduce-scatters "
+                "per layer forward, 2 of each backward)")
+_ZERO = "Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7; Zhao et al. 2023 FSDP (arXiv:2304.11277)"
+_ITEMS: tuple[tuple, ...] = (
+    ("tp", "all_gather", "all_gather", "tp", "layer", _TP_CALLS * _on(t) * _sp_on, _ACT, t,
+     "SP all-gathers of one transformer layer over the TP group", _MEGATRON_SP),
+    ("tp", "reduce_scatter", "reduce_scatter", "tp", "layer", _TP_CALLS * _on(t) * _sp_on, _ACT, t,
+     "SP reduce-scatters of one transformer layer over the TP group", _MEGATRON_SP),
+    ("tp", "all_reduce", "all_reduce", "tp", "layer", _TP_CALLS * _on(t) * (1 - _sp_on), _ACT, t,
+     "TP all-reduces of one transformer layer without SP",
+     "Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2 backward"),
+    ("cp", "send_recv", "send_recv", "cp", "layer", _VOLUMES["cp_ring_send_recv_calls_count"].subs(layers, 1),
+     _VOLUMES["cp_ring_send_recv_msg_bytes"], cp,
+     "CP ring-attention key/value send/recvs of one transformer layer (a ring that spans nodes steps at the "
+     "speed of its network hops)",
+     "Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism"),
+    ("ep", "all_to_all", "all_to_all", "ep", "moe_layer",
+     _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _on(ep), _VOLUMES["ep_all_to_all_msg_bytes"], ep,
+     "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",
+     "Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher"),
+    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(d) * (1 - z2 - z3), _VOLUMES["dp_all_reduce_msg_bytes"], d,
+     "the stage's DP gradient all-reduce without ZeRO (one per step)",
+     "Li et al. 2020 PyTorch DDP (arXiv:2006.15704)"),
+    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(d) * (z2 + z3),
+     _VOLUMES["dp_zero_reduce_scatter_msg_bytes"], d,
+     "the stage's DP gradient reduce-scatter under ZeRO-1/2/3 (one per step)", _ZERO),
+    ("dp", "all_gather", "all_gather", "dp", "stage", _on(d) * (z2 + 2 * m * z3),
+     _VOLUMES["dp_zero_all_gather_msg_bytes"], d,
+     "the stage's DP parameter all-gathers: one per step after the sharded optimizer (ZeRO-1/2), forward and "
+     "backward of every micro-batch under ZeRO-3 / FSDP", _ZERO),
+    ("dp", "expert_all_reduce", "all_reduce", "edp", "stage", _on(d_exp) * (1 - z2e - z3e),
+     _VOLUMES["dp_expert_all_reduce_msg_bytes"], d_exp,
+     "the stage's routed-expert gradient all-reduce over the expert data-parallel group without ZeRO",
+     "Megatron-LM MoE: expert gradients reduce over the expert data-parallel group"),
+    ("dp", "expert_reduce_scatter", "reduce_scatter", "edp", "stage", _on(d_exp) * (z2e + z3e),
+     _VOLUMES["dp_expert_all_reduce_msg_bytes"], d_exp,
+     "the stage's routed-expert gradient reduce-scatter over the expert data-parallel group under ZeRO", _ZERO),
+    ("dp", "expert_all_gather", "all_gather", "edp", "stage", _on(d_exp) * (z2e + 2 * m * z3e),
+     _VOLUMES["dp_expert_all_reduce_msg_bytes"].subs(bytes_grad, bytes_p), d_exp,
+     "the stage's routed-expert parameter all-gathers over the expert data-parallel group under ZeRO", _ZERO),
+    ("pp", "send_recv", "send_recv", "pp", "stage", _VOLUMES["pp_send_recv_calls_count"] * _on(p),
+     _VOLUMES["pp_send_recv_msg_bytes"], sympy.Integer(2),
+     "the stage's pipeline sends of activations (forward) and their gradients (backward) to its neighbour "
+     "stage (every stage counted with 2 m vp sends; none with one stage)",
+     "Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1"),
+)
+
+_UNIT_OF = {"layer": "one transformer layer", "moe_layer": "one MoE layer", "stage": "the pipeline stage"}
+
+#: Per item: (dimension, collective, group, weight): what the pricer reads from the variant pairs.
+ITEMS: tuple[tuple[str, str, str, str], ...] = tuple((i[0], i[1], i[3], i[4]) for i in _ITEMS)
+
+
+def _build() -> tuple[Formula, ...]:
+    out: list[Formula] = []
+    for dim, coll, op, group, weight, calls, size, degree, doc, source in _ITEMS:
+        variant = (("output", "time"), ("dimension", dim), ("collective", coll), ("group", group),
+                   ("weight", weight), ("op", op))
+        per = _UNIT_OF[weight]
+        one_call = _TIMES[f"collective_{op}_nccl_time_s"].subs({_S: size, _N: degree})
+        rows = (
+            ("calls_count", calls, "count", f"Calls per rank per step of {doc}, for {per}."),
+            ("msg_bytes", size, "bytes", f"nccl-tests size S of one call of {doc}."),
+            ("step_bytes", calls * _SHARE[op](size, degree), "bytes",
+             f"Bytes one rank sends per step for {doc}, for {per} (calls x the collective's share of S)."),
+            ("time_s", calls * one_call, "s",
+             f"Seconds per step of {doc}, for {per}: calls x NCCL's predicted time of one call over the group "
+             f"(ranks_per_node, nodes, nics_used: the group's placement)."),
+        )
+        for what, expr, unit, text in rows:
+            out.append(Formula(name=f"{dim}_{coll}_stage_{what}", expr=expr, dimension=dim, algorithm=coll, unit=unit,
+                               doc=text, source=f"{source}; collective_{op}_nccl_time_s (NCCL's tuner model)"
+                               if what == "time_s" else source, variant=(*variant, ("what", what))))
+    return tuple(out)
+
+
+FORMULAS: tuple[Formula, ...] = _build()

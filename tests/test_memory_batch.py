@@ -1,0 +1,262 @@
+"""``MemoryPricer``: memory per rank of arrays of layouts, against ``stage_memory`` one layout at a time;
+the memory sensitivity's generated derivatives; the memory options of the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import generated
+from codegen.cli import main
+from codegen.configs.layouts import LayoutBatch, LayoutError, validate_batch
+from codegen.configs.models import load_model
+from codegen.kernels import fused_available
+from codegen.pricing import memory
+from codegen.pricing.memory import DEFAULT_SETTINGS, PARTS, MemoryPricer, stage_memory
+from conftest import ROOT, assert_close
+
+SYSTEM = "dgx_h100"
+MODELS = ("qwen3-72b", "deepseek-v3", "llama2-7b")
+BACKENDS = ["numpy"] + (["numba"] if fused_available() else [])
+
+
+def random_batch(name: str, n: int, seed: int, **settings) -> tuple:
+    """Up to *n* random valid layouts of a bundled model (p, vp, m, b, d, t, cp, ep varying)."""
+    model = load_model(name)
+    rng = np.random.default_rng(seed)
+    k = 12 * n
+    draw = {"d": rng.choice([1, 2, 4, 8, 16, 32], k), "t": rng.choice([1, 2, 4, 8], k),
+            "p": rng.choice([1, 2, 3, 4, 8, 16], k), "cp": rng.choice([1, 2, 4], k),
+            "m": rng.integers(1, 40, k), "b": rng.choice([1, 2, 4], k), "vp": rng.choice([1, 1, 2, 4], k)}
+    if model.is_moe:
+        draw["ep"] = rng.choice([1, 2, 4, 8, 16], k)
+    batch = LayoutBatch.from_arrays(model.layout, **draw, **settings)
+    keep = np.flatnonzero(validate_batch(model, batch))[:n]
+    assert len(keep) >= n // 2, f"{name}: too few valid layouts drawn"
+    return model, batch.subset(keep)
+
+
+def assert_same_as_one_at_a_time(model, batch, prices, settings=DEFAULT_SETTINGS):
+    """Every field of every layout equals stage_memory's peak stage, bit for bit."""
+    parts = prices.parts()
+    for i in range(len(batch)):
+        stages = stage_memory(model, batch.layout(i), system=SYSTEM, settings=settings)["stages"]
+        totals = [row["total"] for row in stages]
+        peak = int(np.argmax(totals))  # the first stage on a tie
+        row = stages[peak]
+        got = (prices.peak_stage[i], prices.peak_total[i], prices.headroom[i], prices.fits[i], prices.capacity[i],
+               *(parts[part][i] for part in PARTS))
+        want = (peak, row["total"], row["headroom"], row["fits"], row["capacity"], *(row[part] for part in PARTS))
+        assert got == want, f"{model.name} layout {i} ({batch.layout(i)}): batch {got} != one at a time {want}"
+
+
+SETTINGS = [
+    {},  # the model file's own run settings (Qwen's per-stage recompute list where p = 8)
+    {"recompute": "selective", "grad_shard": True},
+    {"recompute": "full", "fsdp": True},
+    {"recompute": "none", "op": False},
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("case", range(len(SETTINGS)))
+def test_batch_equals_stage_memory_exactly(name, case, backend):
+    model, batch = random_batch(name, 40, seed=case, **SETTINGS[case])
+    assert len(set(batch.p.tolist())) > 1 and len(set(batch.vp.tolist())) > 1
+    prices = MemoryPricer(model, system=SYSTEM, backend=backend).price_batch(batch)
+    assert_same_as_one_at_a_time(model, batch, prices)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_batch_equals_stage_memory_under_every_zero_level_and_settings(zero):
+    settings = dataclasses.replace(DEFAULT_SETTINGS, zero_level=zero, reserve_bytes=7.5 * 2 ** 30, dropout=1.0,
+                                   flash_attention=0.0, bytes_optimizer=8.0)
+    model, batch = random_batch("deepseek-v3", 30, seed=10 + zero, recompute="selective")
+    prices = MemoryPricer(model, system=SYSTEM, settings=settings).price_batch(batch, validated=True)
+    assert_same_as_one_at_a_time(model, batch, prices, settings)
+
+
+def test_both_outcomes_of_fits_occur_and_agree_with_headroom():
+    model, batch = random_batch("qwen3-72b", 200, seed=7, recompute="none")
+    prices = MemoryPricer(model, system=SYSTEM).price_batch(batch)
+    assert prices.fits.dtype == bool and prices.fits.any() and (~prices.fits).any()
+    assert np.array_equal(prices.fits, prices.headroom >= 0)
+    assert np.array_equal(prices.headroom, (prices.capacity - 0.0) - prices.peak_total)
+    assert_close(sum(prices.parts()[part] for part in PARTS), prices.peak_total)
+    assert prices.peak_stage.dtype == np.int64 and np.all(prices.peak_stage < batch.p)
+
+
+def test_blocks_and_one_pipeline():
+    """A batch larger than a block, and a batch of one pipeline shape, price as their layouts do one by one."""
+    model = load_model("llama2-7b")
+    rng = np.random.default_rng(3)
+    n = memory._BLOCK + 123
+    batch = LayoutBatch.from_arrays(model.layout, d=rng.choice([1, 2, 4], n), m=rng.integers(1, 30, n),
+                                    b=rng.choice([1, 2], n))  # p, vp: the model's own (one pipeline)
+    pricer = MemoryPricer(model, system=SYSTEM)
+    whole = pricer.price_batch(batch)
+    for rows in (slice(0, 50), slice(n - 50, n)):
+        part = pricer.price_batch(batch.subset(rows))
+        assert np.array_equal(part.peak_total, whole.peak_total[rows])
+        assert np.array_equal(part.parts()["activations"], whole.parts()["activations"][rows])
+    assert_same_as_one_at_a_time(model, batch.subset(slice(n - 20, n)), pricer.price_batch(batch.subset(slice(n - 20, n))))
+
+
+def test_empty_batch_and_bad_input():
+    model = load_model("llama2-7b")
+    pricer = MemoryPricer(model, system=SYSTEM)
+    empty = pricer.price_batch(LayoutBatch.from_arrays(model.layout, d=np.array([], dtype=np.int64)))
+    assert len(empty) == 0 and empty.parts()["weights"].shape == (0,)
+    bad = LayoutBatch.from_arrays(model.layout, t=[2, 3])  # 3 does not divide the heads
+    with pytest.raises(LayoutError, match="layout 1 of the batch"):
+        pricer.price_batch(bad)
+    with pytest.raises(ValueError, match="validated"):
+        pricer.price_batch(bad, validated="no")
+    with pytest.raises(memory.NoCapacityError, match="no GPU facts"):
+        MemoryPricer(model, system="A2")
+    with pytest.raises(ValueError, match="backend"):
+        MemoryPricer(model, system=SYSTEM, backend="cuda")
+
+
+@pytest.mark.parametrize("field,value", [("bytes_p", -1.0), ("bytes_optimizer", float("nan")),
+                                         ("reserve_bytes", float("inf")), ("flash_attention", 2.0),
+                                         ("dropout", -0.5), ("zero_level", 4), ("zero_level", True)])
+def test_settings_reject_values_that_break_the_ordering(field, value):
+    with pytest.raises(ValueError, match=field):
+        dataclasses.replace(DEFAULT_SETTINGS, **{field: value})
+
+
+# Not ep: with t·cp fixed, doubling ep halves the expert TP degree t_exp (codegen.configs.layouts._expert_degrees),
+# so each rank holds more of an expert's intermediate activations; with t_exp held the per-layer forms do not grow
+# in ep either (tests/test_memory.py).
+@pytest.mark.parametrize("key", ["d", "t", "cp"])
+def test_peak_memory_is_non_increasing_in_each_sharding_degree(key):
+    model, batch = random_batch("deepseek-v3", 60, seed=21)
+    doubled = dataclasses.replace(batch, **{key: batch.__dict__[key] * 2})
+    keep = validate_batch(model, doubled)
+    assert keep.sum() >= 5
+    pricer = MemoryPricer(model, system=SYSTEM, settings=dataclasses.replace(DEFAULT_SETTINGS, zero_level=3))
+    base = pricer.price_batch(batch.subset(keep)).peak_total
+    more = pricer.price_batch(doubled.subset(keep)).peak_total
+    assert np.all(more <= base * (1 + 1e-12)), key
+
+
+def test_memory_pricer_imports_no_sympy():
+    code = ("import sys; from codegen.pricing.memory import MemoryPricer; from codegen.configs.models import "
+            "load_model; from codegen.configs.layouts import LayoutBatch; m = load_model('qwen3-72b'); "
+            "MemoryPricer(m, system='dgx_h100', backend='numpy').price_batch("
+            "LayoutBatch.from_arrays(m.layout, d=[1, 2])).parts(); "
+            "assert 'sympy' not in sys.modules, 'sympy imported'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------- sensitivity
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_generated_slopes_are_the_derivatives_of_the_total(name):
+    """Each generated ∂total/∂x against a central difference of the generated total (other values held)."""
+    model = load_model(name)
+    layout = model.layout
+    values = memory._values(model, layout, DEFAULT_SETTINGS)
+    key = memory.variant_key(model)
+    total = f"memory_{key}_stage_total_bytes"
+    slopes = [n for n in generated.FORMULAS if n.startswith(total + "__d_") and not n.endswith("_split")]
+    assert {n.rsplit("_", 1)[1] for n in slopes} >= {"t", "cp", "b", "s", "p", "m"}
+    for slope in slopes:
+        x = slope.rsplit("__d_", 1)[1]
+        h = 1e-4 * values[x]
+        up = memory.call(total, dict(values, **{x: values[x] + h}))
+        down = memory.call(total, dict(values, **{x: values[x] - h}))
+        assert_close(memory.call(slope, values), (up - down) / (2 * h), rtol=1e-5, atol=1e-3)
+
+
+def test_p_split_relaxes_the_body_counts():
+    model = load_model("qwen3-72b")
+    values = memory._values(model, model.layout, DEFAULT_SETTINGS)
+    key = memory.variant_key(model)
+    total = f"memory_{key}_stage_total_bytes"
+    p, eps = values["p"], 1e-5
+    # Body counts ∝ 1/p: move p and the counts together and difference the total.
+    body = ("n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
+
+    def at(q):
+        return memory.call(total, dict(values, p=q, **{c: values[c] * p / q for c in body}))
+
+    want = (at(p * (1 + eps)) - at(p * (1 - eps))) / (2 * p * eps)
+    assert_close(memory.call(total + "__d_p_split", values), want, rtol=1e-5)
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_sensitivity_objective_memory(capsys):
+    argv = ["sensitivity", "--model", "llama2-7b", "--objective", "memory", "--json"]
+    out = _json(capsys, argv)
+    assert out["objective"] == "memory" and out["units"]["value"].startswith("bytes per rank")
+    model = load_model("llama2-7b")
+    totals = memory.stage_totals(model, model.layout)
+    assert out["value"] == totals.max()
+    b = out["degrees"]["b"]
+    assert b["elasticity"] == pytest.approx(b["value"] * b["derivative"] / out["value"])
+    assert out["degrees"]["d"]["derivative"] == 0  # through the shard sizes alone, which are held
+    assert out["degrees"]["d"]["doubling_ratio"] < 1  # the doubled d re-priced: ZeRO shards more
+    # The settings reach the objective: more optimizer bytes, more memory.
+    more = _json(capsys, argv + ["--bytes-optimizer", "16"])
+    assert more["value"] > out["value"]
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _eval_memory(capsys, *extra):
+    return _json(capsys, ["eval", "--model", "qwen3-72b", "--device", SYSTEM, "--memory", "--json", *extra])["memory"]
+
+
+def test_memory_options_reach_the_settings(capsys):
+    base = _eval_memory(capsys)
+    reserved = _eval_memory(capsys, "--reserve", "6.5")
+    for a, b in zip(base["stages"], reserved["stages"]):
+        assert a["total"] == b["total"] and a["headroom"] - b["headroom"] == pytest.approx(6.5 * 2 ** 30)
+    assert reserved["reserve_bytes"] == 6.5 * 2 ** 30
+    halved = _eval_memory(capsys, "--bytes-optimizer", "6")
+    assert [r["optimizer"] * 2 for r in halved["stages"]] == pytest.approx([r["optimizer"] for r in base["stages"]])
+    grads = _eval_memory(capsys, "--bytes-grad", "2", "--bytes-param", "4")
+    assert [r["gradients"] * 2 for r in grads["stages"]] == pytest.approx([r["gradients"] for r in base["stages"]])
+    assert [r["weights"] for r in grads["stages"]] == pytest.approx([r["weights"] * 2 for r in base["stages"]])
+    no_flash = _eval_memory(capsys, "--no-flash-attention")
+    assert all(n["activations"] > b["activations"] for n, b in zip(no_flash["stages"], base["stages"]))
+    assert no_flash["settings"]["flash_attention"] == 0
+    zero3 = _eval_memory(capsys, "--zero-level", "3")
+    assert zero3["zero_level"] == 3 and base["zero_level"] != 3
+    assert all(z["weights"] < b["weights"] for z, b in zip(zero3["stages"], base["stages"]))
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["--reserve", "-1"], "--reserve"), (["--reserve", "nan"], "--reserve"), (["--bytes-param", "abc"], "--bytes-param"),
+    (["--bytes-grad", "inf"], "--bytes-grad"), (["--bytes-optimizer", "-0.5"], "--bytes-optimizer"),
+    (["--zero-level", "4"], "--zero-level"), (["--zero-level", "1.5"], "--zero-level"),
+    (["--zero-level", "x"], "--zero-level"),
+])
+@pytest.mark.parametrize("command", ["eval", "sensitivity"])
+def test_bad_memory_options_are_one_line_exit_2(capsys, argv, option, command):
+    on = ["--memory", "--device", SYSTEM] if command == "eval" else ["--objective", "memory"]
+    assert main([command, "--model", "llama2-7b", *on, *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"symcost {command}: error: {option}:") and argv[1] in err[0], err
+
+
+@pytest.mark.parametrize("command,needs", [("eval", "--memory"), ("sensitivity", "--objective memory")])
+def test_memory_options_need_memory(capsys, command, needs):
+    assert main([command, "--model", "llama2-7b", "--no-flash-attention"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--no-flash-attention" in err and needs in err and len(err.splitlines()) == 1

@@ -1,0 +1,214 @@
+"""The time pricer (``codegen.pricing.time``), ``symcost eval --cost time`` and ``--convention consistent``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.cli import main
+from codegen.configs.layouts import LayoutBatch, derive_fields_batch, parse_layout, validate_batch
+from codegen.configs.models import load_model
+from codegen.pricing.time import ITEMS, TIME_DIMENSIONS, WHATS, TimePricer
+from codegen.validation.collectives import predict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def llama() -> TimePricer:
+    return TimePricer("llama2-7b", system="dgx_h100")
+
+
+@pytest.fixture(scope="module")
+def dsv3() -> TimePricer:
+    return TimePricer("deepseek-v3", system="dgx_h100")
+
+
+def _batch(pricer: TimePricer, text: str) -> LayoutBatch:
+    return LayoutBatch.from_layouts([parse_layout(text, pricer.model.layout)])
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def test_bytes_per_rank_per_step_match_a_hand_derivation(llama):
+    """Llama-2-7B, d=2, t=2, p=2, SP and a distributed optimizer (the model file's run settings).
+
+    By hand (Megatron-LM conventions): a stage holds 32 / 2 = 16 layers; an SP all-gather's S is one
+    micro-batch's activation s·b·h·2 bytes, 4 all-gathers per layer per micro-batch, a rank sends
+    (t − 1)/t of S; the optimizer shards over DP: one gradient reduce-scatter of the stage's
+    non-expert gradients (P = 4h² + 3·h·h_ff + 2h per layer, bytes_grad each) and one parameter
+    all-gather (bytes_p each); PP sends 2 m activations of s·b·h·2 / t bytes.
+    """
+    batch = _batch(llama, "d=2,t=2,p=2")
+    f = derive_fields_batch(llama.model, batch, names=("s", "b", "h", "hff", "m", "bytes_compute", "bytes_grad",
+                                                      "bytes_p", "sp"))
+    s, b, h, hff, m = (float(np.ravel(f[k])[0]) for k in ("s", "b", "h", "hff", "m"))
+    bc, bg, bp = (float(np.ravel(f[k])[0]) for k in ("bytes_compute", "bytes_grad", "bytes_p"))
+    assert float(np.ravel(f["sp"])[0]) == 2, "the model file runs with sequence parallelism"
+    layers, t, d = 16, 2, 2
+    act = s * b * h * bc
+    params = 4 * h * h + 3 * h * hff + 2 * h
+    vol = llama.volumes(batch)
+    by = {k: v[0, 0] for k, v in vol["step_bytes"].items()}
+    assert by["tp.all_gather"] == pytest.approx(4 * m * layers * (t - 1) / t * act, rel=1e-12)
+    assert by["tp.reduce_scatter"] == pytest.approx(4 * m * layers * (t - 1) / t * act, rel=1e-12)
+    assert by["tp.all_reduce"] == 0 and by["cp.send_recv"] == 0 and by["ep.all_to_all"] == 0
+    assert by["dp.reduce_scatter"] == pytest.approx(params * layers * bg / t * (d - 1) / d, rel=1e-12)
+    assert by["dp.all_gather"] == pytest.approx(params * layers * bp / t * (d - 1) / d, rel=1e-12)
+    assert by["dp.all_reduce"] == 0
+    assert by["pp.send_recv"] == pytest.approx(2 * m * act / t, rel=1e-12)
+    assert vol["msg_bytes"]["tp.all_gather"][0, 0] == pytest.approx(act, rel=1e-12)
+    assert vol["calls_count"]["tp.all_gather"][0, 1] == 4 * m * layers
+
+
+def test_seconds_are_calls_times_the_collective_time(llama):
+    """Each item's seconds = calls × NCCL's predicted time of one call (``validate collectives``' path)."""
+    batch = _batch(llama, "d=2,t=4,p=2,m=8")
+    st = llama.price_batch(batch, per_stage=True).stages
+    for key, op, ranks in (("tp.all_gather", "all_gather", 4), ("tp.reduce_scatter", "reduce_scatter", 4)):
+        calls, size = st["calls_count"][key][0, 0], st["msg_bytes"][key][0, 0]
+        one = float(predict("dgx_h100", op, ranks, size).time_s)  # TP ranks are consecutive: one node
+        assert st["time_s"][key][0, 0] == pytest.approx(calls * one, rel=1e-12)
+    # The DP group (stride t = 4, 2 ranks) sits in one node: consecutive placement gives the same time.
+    calls, size = st["calls_count"]["dp.reduce_scatter"][0, 0], st["msg_bytes"]["dp.reduce_scatter"][0, 0]
+    assert st["time_s"]["dp.reduce_scatter"][0, 0] == pytest.approx(
+        calls * float(predict("dgx_h100", "reduce_scatter", 2, size).time_s), rel=1e-12)
+
+
+def test_stage_total_is_the_sum_and_the_bottleneck_its_maximum(dsv3):
+    batch = _batch(dsv3, "d=16,t=4,p=16,ep=8")
+    res = dsv3.price_batch(batch, per_stage=True)
+    st = res.stages
+    total = sum(st["time_s"][f"{dim}.{coll}"] for dim, coll, _, _ in ITEMS)
+    np.testing.assert_allclose(st["total_s"], total, rtol=1e-12)
+    assert res.bottleneck_s[0] == pytest.approx(np.nanmax(st["total_s"][0]), rel=1e-12)
+    assert sum(res.by_dimension[d][0] for d in TIME_DIMENSIONS) == pytest.approx(res.bottleneck_s[0], rel=1e-12)
+    assert res.by_dimension["ep"][0] > 0 and res.by_dimension["cp"][0] == 0
+    assert set(st) == {*WHATS, "total_s"}
+
+
+# ----------------------------------------------------------------------------- monotonicity
+
+
+@pytest.mark.parametrize("key,larger", [("m", "m=64"), ("b", "b=2")])
+def test_more_work_per_step_takes_longer(dsv3, key, larger):
+    """More micro-batches (more calls) or larger micro-batches (larger messages): more seconds."""
+    base = "d=16,t=4,p=16,ep=8,m=32,b=1"
+    a = dsv3.price_batch(_batch(dsv3, base), per_stage=True)
+    bigger = base.replace(f"{key}=32" if key == "m" else f"{key}=1", larger)
+    z = dsv3.price_batch(_batch(dsv3, bigger), per_stage=True)
+    for dim in ("tp", "ep", "pp"):
+        assert z.by_dimension[dim][0] > a.by_dimension[dim][0]
+    assert z.bottleneck_s[0] > a.bottleneck_s[0]
+
+
+def test_one_rank_groups_cost_nothing(llama):
+    res = llama.price_batch(_batch(llama, "d=1,t=1,p=1,m=8"), per_stage=True)
+    assert res.bottleneck_s[0] == 0
+    assert all(float(v[0]) == 0 for v in res.by_dimension.values())
+
+
+def test_crossing_nodes_is_slower_than_staying_inside(llama):
+    """The same DP all-gather over 2 ranks: inside a node (stride 4) vs across nodes (rank order dp first)."""
+    inside = TimePricer("llama2-7b", system="dgx_h100", order="tp-cp-ep-dp-pp")
+    across = TimePricer("llama2-7b", system="dgx_h100", order="dp-tp-cp-ep-pp")
+    batch = _batch(llama, "d=2,t=8,p=1,m=8")
+    a = inside.price_batch(batch, per_stage=True).stages["time_s"]
+    z = across.price_batch(batch, per_stage=True).stages["time_s"]
+    assert z["tp.all_gather"][0, 0] > a["tp.all_gather"][0, 0]  # TP now strided over nodes
+    assert z["dp.all_gather"][0, 0] < a["dp.all_gather"][0, 0]  # DP now inside a node
+
+
+# ----------------------------------------------------------------------------- batch = per layout
+
+
+def test_batch_equals_each_layout_alone(dsv3):
+    model = dsv3.model
+    grid = dict(d=np.array([16, 8, 32, 16, 4, 64]), t=np.array([4, 8, 2, 4, 8, 1]), p=np.array([16, 8, 8, 4, 16, 8]),
+                ep=np.array([8, 8, 16, 4, 8, 64]), m=np.array([32, 64, 16, 32, 32, 64]), b=np.array([1, 1, 2, 1, 1, 1]),
+                cp=np.array([1, 1, 1, 2, 1, 1]))
+    batch = LayoutBatch.from_arrays(model.layout, **grid)
+    ok = validate_batch(model, batch)
+    assert ok.sum() >= 4
+    batch = batch.subset(ok)
+    together = dsv3.price_batch(batch, per_stage=True)
+    for i in range(len(batch)):
+        alone = dsv3.price_batch(batch.subset(slice(i, i + 1)), per_stage=True)
+        assert alone.bottleneck_s[0] == pytest.approx(together.bottleneck_s[i], rel=1e-12)
+        assert alone.bottleneck_stage[0] == together.bottleneck_stage[i]
+        p = batch.layout(i).p
+        np.testing.assert_allclose(alone.stages["total_s"][0, :p], together.stages["total_s"][i, :p], rtol=1e-12)
+        assert np.isnan(together.stages["total_s"][i, p:]).all()
+    quick = dsv3.price_batch(batch, validated=True)
+    np.testing.assert_array_equal(quick.bottleneck_s, together.bottleneck_s)
+    assert quick.stages is None
+
+
+def test_invalid_layouts_and_systems_are_named(dsv3):
+    from codegen.configs.layouts import LayoutError
+
+    bad = LayoutBatch.from_arrays(dsv3.model.layout, d=3, t=4, p=16, ep=8)
+    with pytest.raises(LayoutError, match="layout 0"):
+        dsv3.price_batch(bad)
+    with pytest.raises(ValueError, match="no GPU and network facts"):
+        TimePricer("llama2-7b", system="A2")
+    with pytest.raises(ValueError, match="order"):
+        TimePricer("llama2-7b", system="dgx_h100", order="tp-dp-pp")
+
+
+def test_the_pricer_imports_no_sympy():
+    code = ("import sys, codegen.pricing.time as t; from codegen.cli import eval as e; "
+            "assert 'sympy' not in sys.modules, 'sympy imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_eval_cost_time_json_gives_seconds_per_stage_by_dimension(capsys):
+    argv = ["eval", "--model", "deepseek-v3", "--layout", "d=16,t=4,p=16,ep=8", "--device", "dgx_h100",
+            "--cost", "time", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cost"] == "time" and "seconds" in out["units"]
+    assert len(out["stages"]) == 16
+    for row in out["stages"]:
+        assert set(row["by_dimension"]) == set(TIME_DIMENSIONS)
+        assert sum(row["by_dimension"].values()) == pytest.approx(row["total_s"], rel=1e-12)
+        assert sum(row["by_collective"].values()) == pytest.approx(row["total_s"], rel=1e-12)
+    assert out["bottleneck"]["seconds"] == pytest.approx(max(r["total_s"] for r in out["stages"]), rel=1e-12)
+    assert main(argv[:-1]) == 0
+    table = capsys.readouterr().out
+    assert "bottleneck: stage" in table and "ep.all_to_all" in table
+
+
+def test_eval_convention_consistent_gives_bytes(capsys):
+    assert main(["eval", "--model", "llama2-7b", "--layout", "d=2,t=2,p=2", "--convention", "consistent",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["convention"] == "consistent" and out["units"].startswith("bytes")
+    assert out["stages"][0]["by_collective"]["tp.all_gather"] > 0
+    # The original convention is today's output, unchanged.
+    assert main(["eval", "--model", "llama2-7b", "--layout", "d=2,t=2,p=2", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"stages", "per_dim", "units"}
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--device", "A2", "--cost", "time"], "--device A2"),
+    (["--device", "A3", "--cost", "time"], "--device A3"),
+    (["--device", "dgx_h100", "--cost", "time", "--order", "tp-dp"], "order"),
+    (["--device", "dgx_h100", "--cost", "time", "--memory"], "--memory"),
+    (["--device", "dgx_h100", "--cost", "time", "--layout", "d=0"], "d"),
+])
+def test_eval_time_bad_input_is_one_line_exit_2(extra, field):
+    argv = ["eval", "--model", "llama2-7b", *extra]
+    proc = subprocess.run([sys.executable, "-m", "codegen.cli", *argv], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in proc.stderr
