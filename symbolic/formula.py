@@ -17,14 +17,14 @@ __all__ = ["Formula", "UNITS", "DIMENSIONS"]
 #: "derivative" is a formula's unit per unit of one symbol (symbolic.sensitivity).
 #: "s" and "bytes/s" belong to the time model (symbolic.collective_time), in SI units.
 UNITS = frozenset({"bytes", "params", "elements", "ms", "GB/s", "count", "score", "mixed", "1", "derivative",
-                   "s", "bytes/s"})
+                   "s", "bytes/s", "FLOP"})
 
 #: Dimensions a formula belongs to.
 #: "collective" holds the time model of one collective call, "placement" where a group's ranks sit;
 #: "stage" the per-layer terms of a pipeline stage, "stage_slope" their derivatives; "memory" bytes per rank,
 #: "memory_slope" the derivatives of a stage's memory total.
 DIMENSIONS = frozenset({"cp", "dp", "fsdp", "tp", "ep", "pp", "model", "recompute", "score", "params", "attention",
-                        "collective", "placement", "stage", "stage_slope", "memory", "memory_slope"})
+                        "collective", "placement", "stage", "stage_slope", "memory", "memory_slope", "compute"})
 
 
 @dataclass(frozen=True)

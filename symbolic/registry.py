@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import attention, collective_time, cp, dp, ep, fsdp, legacy, memory, model, params, placement, recompute, score, stage_time, step_volumes, tp
+from . import attention, collective_time, compute, cp, dp, ep, fsdp, legacy, memory, model, params, placement, recompute, score, stage_time, step_volumes, tp
 from .formula import Formula
 
 __all__ = ["FORMULAS", "get", "names"]
@@ -42,6 +42,7 @@ FORMULAS: Mapping[str, Formula] = _collect(
     step_volumes.FORMULAS,
     stage_time.FORMULAS,
     memory.FORMULAS,
+    compute.FORMULAS,
 )
 
 

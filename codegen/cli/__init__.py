@@ -7,10 +7,10 @@ import os
 import sys
 from typing import Sequence
 
-from . import check, collective, compile, derive, eval, hardware, models, sensitivity, validate
+from . import check, collective, compile, derive, eval, hardware, models, search, sensitivity, validate
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective, models)
+COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective, models, search)
 
 
 def version() -> str:

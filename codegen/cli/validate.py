@@ -68,11 +68,26 @@ def run_memory(args: argparse.Namespace) -> int:
     return run_memory_validation(args.data)
 
 
+def _register_step_time(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
+                   help="a CSV with the columns of tests/data/megatron_iteration_times.csv (default: the shipped copy)")
+    p.add_argument("--system", default=None, help="catalog system for every row (default: from the system column)")
+    p.set_defaults(func=run_step_time)
+
+
+def run_step_time(args: argparse.Namespace) -> int:
+    from ..validation.step_time import run_step_time_validation
+
+    return run_step_time_validation(args.data, args.system)
+
+
 #: What can be validated: name → (help, function adding its options and setting ``func``).
 CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "collectives": ("collective times (NCCL's model) against nccl-tests measurements", _register_collectives),
     "memory": ("memory per rank against ZeRO's Table 1 and Megatron-LM's Figure 1 (first pipeline stage; exit 1 "
                "when a row misses activations 2 %, parameters + optimizer 5 %)", _register_memory),
+    "step-time": ("step time (compute, bubble, exposed comm) against measured Megatron-LM iteration times",
+                  _register_step_time),
 }
 
 

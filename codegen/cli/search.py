@@ -1,0 +1,291 @@
+"""``symcost search``: rank every valid layout of a model on N devices (docs/search.md).
+
+``symcost search --model M --devices N --system S --global-batch B [--objective step-time|original]
+[--top K] [--fix t=8] [--max p=16] [--recompute none,selective,full] [--zero 1] [--cp-algo NAME,…]
+[--tp-cross-node] [--keep-infeasible] [--no-memory] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
+[--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
+and its parts, memory per rank and headroom of the slowest stage from ``codegen.pricing.memory``),
+then a summary line. Layouts whose memory per rank (first and last stage, ``codegen.pricing.feasibility``)
+exceeds the GPU's HBM are dropped unless ``--keep-infeasible``. ``--out`` streams every feasible layout with its figures (CSV always; Parquet
+with the optional ``pyarrow``); an existing file is never overwritten. ``--plot`` draws step time
+against peak memory of the top layouts and their Pareto front (optional ``matplotlib``). A progress
+bar (``tqdm``, optional) appears on searches longer than a second; Ctrl-C prints the best so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..configs.layouts import Layout, LayoutError
+from ..configs.models import load_model, model_names
+from ..inputs import DEVICES_MAX, parse_whole
+
+OUT_COLUMNS = ("rank", "d", "t", "p", "cp", "ep", "etp", "vp", "b", "m", "recompute", "zero", "cp_algo")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="rank every valid layout of a model on N devices",
+                       description="Enumerate every valid parallel layout of a model on N devices for a global "
+                                   "batch, price each (step time or the original's cost) and print the best.")
+    p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
+    p.add_argument("--devices", required=True, help="N: devices of every layout (d·t·cp·p)")
+    p.add_argument("--system", required=True, help="hardware catalog system (GPU peak and efficiency, node size)")
+    p.add_argument("--global-batch", required=True, help="samples per step: m = global_batch / (d·b) must be whole")
+    p.add_argument("--objective", default="step-time", choices=("step-time", "comm-time", "original"),
+                   help="step-time (compute + bubble + exposed comm; default), comm-time, or the original's cost")
+    p.add_argument("--original-device", default="A2",
+                   help="catalog device of the original's cost under --objective original (default A2)")
+    p.add_argument("--top", default="10", help="layouts printed (default 10)")
+    p.add_argument("--fix", action="append", metavar="KEY=N", help="pin a degree, e.g. --fix t=8 (repeatable)")
+    p.add_argument("--max", action="append", metavar="KEY=N", help="bound a degree, e.g. --max p=16 (repeatable)")
+    p.add_argument("--recompute", default="none,selective,full", help="uniform recompute modes to try")
+    p.add_argument("--zero", default="1", help="ZeRO levels to try, e.g. 0,1,2,3 (default 1: optimizer states)")
+    p.add_argument("--cp-algo", default=None, help="CP algorithms to try (default: the model's own)")
+    p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
+    p.add_argument("--keep-infeasible", action="store_true",
+                   help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
+    p.add_argument("--no-memory", action="store_true", help="do not price memory (no feasibility filter)")
+    p.add_argument("--out", metavar="FILE.csv|FILE.parquet", help="write every valid layout with its figures")
+    p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on a dask.distributed scheduler")
+    p.add_argument("--engine", default="numpy", choices=("numpy", "dask"),
+                   help="numpy (in process, default) or dask (dask.array blocks, local threads)")
+    p.add_argument("--chunk", default=str(1 << 18), help="grid points per chunk (memory is proportional)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the top rows as one JSON object")
+    p.set_defaults(func=run)
+
+
+def _words(text: str, option: str) -> tuple[str, ...]:
+    items = tuple(w.strip() for w in text.split(",") if w.strip())
+    if not items:
+        raise ValueError(f"{option}: expected a comma-separated list, got {text!r}")
+    return items
+
+
+def _fresh(path: str, option: str, suffixes: tuple[str, ...]) -> Path:
+    target = Path(path)
+    if target.suffix.lower() not in suffixes:
+        raise ValueError(f"{option} {path}: expected a file ending in {' or '.join(suffixes)}")
+    if target.exists():
+        raise ValueError(f"{option} {path}: the file exists; symcost never overwrites a file (remove it first)")
+    if not target.parent.is_dir():
+        raise ValueError(f"{option} {path}: no such directory {target.parent}")
+    return target
+
+
+class _Writer:
+    """Streams every chunk's table to CSV, or to Parquet through pyarrow."""
+
+    def __init__(self, path: Path, labels: dict[str, tuple[Any, ...]]):
+        self.path, self.labels, self.rows = path, labels, 0
+        self.parquet = path.suffix.lower() == ".parquet"
+        if self.parquet:
+            try:
+                import pyarrow  # noqa: F401
+                import pyarrow.parquet  # noqa: F401
+            except ImportError:
+                raise ValueError(f"--out {path}: Parquet needs the optional extra pyarrow (pip install "
+                                 f"symcost[search]); CSV needs nothing") from None
+        self._writer: Any = None
+        self._file: Any = None
+
+    def __call__(self, table: dict[str, np.ndarray]) -> None:
+        named = dict(table)
+        for key in ("recompute", "cp_algo"):
+            names = np.array(self.labels[key], dtype=object)
+            named[key] = names[table[key]]
+        if self.parquet:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            arrays = pa.table({k: (pa.array(v.astype(str)) if v.dtype == object else pa.array(v))
+                               for k, v in named.items()})
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(str(self.path), arrays.schema)
+            self._writer.write_table(arrays)
+        else:
+            if self._file is None:
+                self._file = open(self.path, "x", newline="", encoding="utf-8")
+                self._csv = csv.writer(self._file)
+                self._csv.writerow(list(named))
+            columns = [named[k].tolist() for k in named]
+            self._csv.writerows(zip(*columns))
+        self.rows += len(table["index"])
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def _memory(model: Any, row: dict[str, Any], system: str) -> tuple[float, float] | None:
+    """(peak bytes per rank, least headroom) of a row's layout, from codegen.pricing.memory; None without GPU facts."""
+    from ..pricing.enumeration import ZERO_LEVELS
+    from ..pricing.memory import NoCapacityError, stage_memory
+    from dataclasses import replace
+    from ..configs.layouts import RecomputePlan
+
+    layout = replace(model.layout, **{k: int(row[k]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")},
+                     cp_algo=row["cp_algo"], recompute=RecomputePlan(row["recompute"]), offset=None,
+                     **ZERO_LEVELS[int(row["zero"])])
+    if model.layout.offset is not None and (layout.p, layout.vp) == (model.layout.p, model.layout.vp):
+        layout = replace(layout, offset=model.layout.offset)
+    if layout.os is not None and layout.d % layout.os:
+        layout = replace(layout, os=None)
+    try:
+        got = stage_memory(model, layout, system=system)
+    except (NoCapacityError, LayoutError):
+        return None
+    totals = [s["total"] for s in got["stages"]]
+    return max(totals), min(s["headroom"] for s in got["stages"])
+
+
+def _progress(enabled: bool):
+    state: dict[str, Any] = {"bar": None, "start": time.perf_counter()}
+    if not enabled:
+        return None, state
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the optional extra: no bar
+        return None, state
+
+    def update(done: int, total: int) -> None:
+        if state["bar"] is None:
+            if time.perf_counter() - state["start"] < 1.0 and done < total:
+                return
+            if done >= total:
+                return
+            state["bar"] = tqdm(total=total, unit="layout", unit_scale=True, file=sys.stderr, leave=False)
+            state["bar"].update(done)
+            state["last"] = done
+            return
+        state["bar"].update(done - state["last"])
+        state["last"] = done
+
+    return update, state
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pricing.enumeration import parse_restrictions
+    from ..pricing.search import SearchSpec, pareto_front, search
+
+    model = load_model(args.model)
+    devices = parse_whole("--devices", args.devices, minimum=1, maximum=DEVICES_MAX)
+    global_batch = parse_whole("--global-batch", args.global_batch, minimum=1, maximum=1 << 40)
+    top = parse_whole("--top", args.top, minimum=1, maximum=1_000_000)
+    chunk = parse_whole("--chunk", args.chunk, minimum=1, maximum=1 << 26)
+    import hardware
+
+    if args.system not in hardware.names():
+        raise ValueError(f"--system {args.system!r}: unknown; known: {', '.join(hardware.names())}")
+    zero = tuple(parse_whole("--zero", z, minimum=0, maximum=3) for z in _words(args.zero, "--zero"))
+    spec = SearchSpec(model, devices, global_batch, args.system, objective=args.objective,
+                      fix=tuple(sorted(parse_restrictions(args.fix, "--fix").items())),
+                      maximum=tuple(sorted(parse_restrictions(args.max, "--max").items())),
+                      recompute=_words(args.recompute, "--recompute"), zero_levels=zero,
+                      cp_algos=_words(args.cp_algo, "--cp-algo") if args.cp_algo else None,
+                      tp_cross_node=args.tp_cross_node, original_device=args.original_device,
+                      memory=not args.no_memory, keep_infeasible=args.keep_infeasible)
+    out = _fresh(args.out, "--out", (".csv", ".parquet")) if args.out else None
+    plot = _fresh(args.plot, "--plot", (".png", ".svg", ".pdf")) if args.plot else None
+    if plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--plot: needs the optional matplotlib (pip install matplotlib)") from None
+    from ..pricing.search import _context
+
+    space = _context(spec)[0]
+    labels = {"recompute": ("none", "selective", "full"),
+              "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
+    writer = _Writer(out, labels) if out is not None else None
+    update, state = _progress(not args.no_progress and not args.json)
+    try:
+        result = search(spec, top=top, chunk=chunk, engine=args.engine, scheduler=args.scheduler,
+                        progress=update, sink=writer)
+    finally:
+        if writer is not None:
+            writer.close()
+        if state["bar"] is not None:
+            state["bar"].close()
+    rows = result.rows()
+    for row in rows:
+        if row["fits"] < 0:  # not priced by the search (--no-memory): the one-layout evaluation
+            mem = _memory(model, row, args.system)
+            row["memory_peak_bytes"], row["headroom_bytes"] = mem if mem is not None else (None, None)
+            row["fits"] = None if mem is None else int(mem[1] >= 0)
+    if args.json:
+        print(json.dumps({"model": model.name, "devices": devices, "system": args.system,
+                          "objective": args.objective, "layouts": result.layouts, "grid": result.grid,
+                          "interrupted": result.interrupted, "seconds": round(result.seconds, 3),
+                          "top": [{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                                   for k, v in row.items()} for row in rows]}))
+    else:
+        _print(rows, args.objective)
+        note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
+        written = f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}" if writer is not None else ""
+        from ..pricing.search import _context as context
+
+        step = context(spec)[1]
+        missing = (" Communication is not in this build's step time (0 s): see docs/search.md."
+                   if step is not None and step.comm is None else "")
+        print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s{note}{written}.{missing}")
+    if plot is not None:
+        _plot(rows, plot, pareto_front)
+    return 130 if result.interrupted else 0
+
+
+def _gib(value: Any) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f}"
+
+
+def _print(rows: list[dict[str, Any]], objective: str) -> None:
+    head = (f"{'#':>3} {'d':>6} {'t':>3} {'p':>3} {'cp':>3} {'ep':>4} {'etp':>3} {'vp':>3} {'b':>3} {'m':>5} "
+            f"{'recompute':>9} {'zero':>4}  ")
+    if objective == "original":
+        head += f"{'original cost':>14}"
+    else:
+        head += f"{'step s':>9} {'compute':>9} {'bubble':>8} {'comm':>7}"
+    head += f" {'mem GiB':>8} {'headroom':>8} {'fits':>4}"
+    print(head)
+    for i, r in enumerate(rows, 1):
+        line = (f"{i:>3} {r['d']:>6} {r['t']:>3} {r['p']:>3} {r['cp']:>3} {r['ep']:>4} {r['etp']:>3} {r['vp']:>3} "
+                f"{r['b']:>3} {r['m']:>5} {r['recompute']:>9} {r['zero']:>4}  ")
+        if objective == "original":
+            line += f"{r['original_cost']:>14.6g}"
+        else:
+            line += f"{r['step_time_s']:>9.4f} {r['compute_s']:>9.4f} {r['bubble_s']:>8.4f} {r['comm_s']:>7.4f}"
+        fits = {None: "-", 0: "no", 1: "yes"}[r["fits"]]
+        line += f" {_gib(r['memory_peak_bytes']):>8} {_gib(r['headroom_bytes']):>8} {fits:>4}"
+        print(line)
+
+
+def _plot(rows: list[dict[str, Any]], path: Path, pareto_front: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(r["objective"], r["memory_peak_bytes"] / 2**30) for r in rows if r["memory_peak_bytes"] is not None]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if pts:
+        x, y = (np.array(v) for v in zip(*pts))
+        ax.scatter(x, y, s=12, label="top layouts")
+        front = pareto_front(x, y)
+        ax.plot(x[front], y[front], "r.-", label="Pareto front")
+    ax.set_xlabel("objective (step time, s)")
+    ax.set_ylabel("peak memory per rank (GiB)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

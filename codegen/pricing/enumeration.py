@@ -1,0 +1,294 @@
+"""Every valid layout of a model on N devices, in chunks of arrays (no SymPy, no Python loop per layout).
+
+A search space numbers its valid layouts ``0 .. size − 1`` without listing them. Its parts:
+
+* the structure rows: the ``(t, cp, p, vp)`` rows whose ``t·cp·p`` divides the device count
+  (``d`` is the quotient) and ``p·vp`` fits the layers, crossed with the ``ep`` and ``etp``
+  candidates and filtered once by :func:`codegen.configs.layouts.layout_violations` (the very
+  constraints ``check_batch`` applies), per CP algorithm. The rules are elementwise and read none
+  of ``b`` and ``m`` (``_constraint_rules``), so a layout is valid exactly when its structure row
+  is; the table's size depends on the divisors of N, never on the grid;
+* per row, the micro-batch sizes ``b`` that make ``m = global_batch / (d·b)`` whole (and meet
+  ``--fix``/``--max`` on ``m``), as offsets into the numbering;
+* the run settings a :class:`LayoutBatch` shares (the recompute mode, the ZeRO level, the CP
+  algorithm), outermost.
+
+:meth:`SearchSpace.block` decodes a range of numbers (a binary search in the offsets and gathers)
+into a :class:`Chunk` per setting; nothing holds the whole grid.
+
+Public API::
+
+    ZERO_LEVELS, RECOMPUTE_MODES
+    SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=("none", "selective",
+                "full"), zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
+    space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
+    space.block(start, stop) -> list[Chunk];  space.decode(index, setting) -> dict[str, ndarray]
+    Chunk(setting, values, index, model): .batch (a LayoutBatch, built on first use)
+    parse_restrictions(items, option) -> dict[str, int]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..configs.layouts import LayoutBatch, LayoutError, layout_violations
+from ..configs.models import ModelConfig
+from ..inputs import DEVICES_MAX
+
+__all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "SearchSpace", "parse_restrictions"]
+
+#: ZeRO levels and the layout switches they set: 0 none, 1 optimizer states (``op``), 2 and gradients
+#: (``grad_shard``), 3 and weights (``fsdp``).
+ZERO_LEVELS: Mapping[int, dict[str, bool]] = {
+    0: {"op": False, "grad_shard": False, "fsdp": False},
+    1: {"op": True, "grad_shard": False, "fsdp": False},
+    2: {"op": True, "grad_shard": True, "fsdp": False},
+    3: {"op": True, "grad_shard": True, "fsdp": True},
+}
+RECOMPUTE_MODES = ("none", "selective", "full")
+#: The degrees a search enumerates (``d`` and ``m`` follow from the others).
+DEGREE_KEYS = ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")
+_GRID_KEYS = ("t", "cp", "p", "vp", "ep", "etp", "b")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The run settings one batch of layouts shares."""
+
+    recompute: str
+    zero: int
+    cp_algo: str
+
+    def batch_kwargs(self) -> dict[str, object]:
+        return {"recompute": self.recompute, "cp_algo": self.cp_algo, **ZERO_LEVELS[self.zero]}
+
+
+class Chunk:
+    """Valid layouts of one setting: their keys as arrays, their grid indices (stable identities), the batch.
+
+    Attributes:
+        setting: the run settings of every layout. values: ``{key: (n,) int64}`` for :data:`DEGREE_KEYS`.
+        index: grid indices, ascending. batch: the :class:`LayoutBatch`, built on first use.
+        row: each layout's row of the space's structure table (everything but ``b`` and ``m``), or None.
+    """
+
+    __slots__ = ("setting", "values", "index", "row", "_model", "_batch")
+
+    def __init__(self, setting: Setting, values: dict[str, np.ndarray], index: np.ndarray, model: ModelConfig,
+                 row: np.ndarray | None = None):
+        self.setting, self.values, self.index, self._model, self._batch = setting, values, index, model, None
+        self.row = row  # each layout's structure row (SearchSpace.structures[setting.cp_algo]), when known
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def batch(self) -> LayoutBatch:
+        if self._batch is None:
+            self._batch = LayoutBatch.from_arrays(self._model.layout, **self.values, **self.setting.batch_kwargs())
+        return self._batch
+
+
+def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, int]:
+    """``["t=8", "p=4"]`` as ``{"t": 8, "p": 4}``; a ValueError naming *option* and the item otherwise."""
+    out: dict[str, int] = {}
+    for item in items or ():
+        for part in item.split(","):
+            key, sep, value = part.strip().partition("=")
+            key = key.strip()
+            if not sep or key not in DEGREE_KEYS:
+                raise ValueError(f"{option} {part.strip()!r}: expected KEY=N with KEY one of {', '.join(DEGREE_KEYS)}")
+            value = value.strip()
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                raise ValueError(f"{option} {key}: expected a whole number >= 1, got {value!r}")
+            if key in out:
+                raise ValueError(f"{option} {key} is given twice")
+            out[key] = int(value)
+    return out
+
+
+def _divisors(n: int) -> np.ndarray:
+    small = np.arange(1, int(np.sqrt(n)) + 1, dtype=np.int64)
+    small = small[n % small == 0]
+    return np.unique(np.concatenate([small, n // small]))
+
+
+class SearchSpace:
+    """The grid of candidate layouts of *model* on *devices* devices for a global batch of *global_batch* samples.
+
+    Args:
+        model: the model; its default layout supplies every key the search does not vary (``os``,
+            ``sp``, ``reshards``, the sequence length, …).
+        devices: N, the product ``d·t·cp·p`` of every layout.
+        global_batch: samples per step; ``m = global_batch / (d·b)`` must be whole.
+        fix: ``{key: value}`` pins a degree (``--fix t=8``). maximum: ``{key: value}`` bounds it (``--max t=8``).
+        recompute: uniform recompute modes to try. zero_levels: ZeRO levels to try (:data:`ZERO_LEVELS`).
+        cp_algos: CP algorithms to try (default: the model's own).
+        devices_per_node: devices of a node; ``t`` must not exceed it unless *tp_cross_node*.
+
+    Raises:
+        ValueError: naming the field for a bad device count, global batch, key or setting.
+    """
+
+    def __init__(self, model: ModelConfig, devices: int, global_batch: int, *, fix: Mapping[str, int] | None = None,
+                 maximum: Mapping[str, int] | None = None, recompute: Sequence[str] = RECOMPUTE_MODES,
+                 zero_levels: Sequence[int] = (1,), cp_algos: Sequence[str] | None = None,
+                 devices_per_node: int | None = None, tp_cross_node: bool = False) -> None:
+        for name, value, top in (("devices", devices, DEVICES_MAX), ("global batch", global_batch, 1 << 40)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+                raise ValueError(f"{name}: expected a whole number in [1, {top}], got {value!r}")
+        self.model, self.devices, self.global_batch = model, int(devices), int(global_batch)
+        self.fix, self.maximum = dict(fix or {}), dict(maximum or {})
+        for option, table in (("--fix", self.fix), ("--max", self.maximum)):
+            for key, value in table.items():
+                if key not in DEGREE_KEYS:
+                    raise ValueError(f"{option} {key}: unknown degree; known: {', '.join(DEGREE_KEYS)}")
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                    raise ValueError(f"{option} {key}: expected a whole number >= 1, got {value!r}")
+        for mode in recompute:
+            if mode not in RECOMPUTE_MODES:
+                raise ValueError(f"recompute: one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
+        for level in zero_levels:
+            if level not in ZERO_LEVELS:
+                raise ValueError(f"zero level: one of 0, 1, 2, 3, got {level!r}")
+        algos = tuple(cp_algos) if cp_algos else (model.layout.cp_algo,)
+        for algo in algos:  # the layout's own check names a bad algorithm
+            try:
+                LayoutBatch.from_arrays(model.layout, d=[1], t=[1], p=[1], m=[1], cp_algo=algo)
+            except LayoutError as exc:
+                raise ValueError(f"cp algorithm: {exc}") from None
+        self.devices_per_node = devices_per_node
+        self.tp_cross_node = tp_cross_node
+        self.settings = tuple(Setting(r, int(z), a) for r in recompute for z in zero_levels for a in algos)
+        if not self.settings:
+            raise ValueError("search space: no recompute mode, ZeRO level or CP algorithm to try")
+        self._build_candidates()
+
+    # ------------------------------------------------------------------ the grid
+    def _allowed(self, key: str, values: np.ndarray) -> np.ndarray:
+        if key in self.fix:
+            values = values[values == self.fix[key]]
+        if key in self.maximum:
+            values = values[values <= self.maximum[key]]
+        return values
+
+    def _build_candidates(self) -> None:
+        model, n = self.model, self.devices
+        divisors = _divisors(n)
+        total_layers = model.n_lay + model.n_mtp
+        t = self._allowed("t", divisors[model.a % divisors == 0])
+        if self.devices_per_node and not self.tp_cross_node:
+            t = t[t <= self.devices_per_node]
+        s = self.model.layout.s or model.s
+        cp = self._allowed("cp", divisors[s % divisors == 0])
+        p = self._allowed("p", divisors[divisors <= total_layers])
+        tt, cc, pp = (a.ravel() for a in np.meshgrid(t, cp, p, indexing="ij"))
+        keep = n % (tt * cc * pp) == 0
+        tt, cc, pp = tt[keep], cc[keep], pp[keep]
+        dd = n // (tt * cc * pp)
+        keep = np.isin(dd, self._allowed("d", dd)) & (self.global_batch % dd == 0)  # m = global / (d·b) whole
+        tt, cc, pp, dd = tt[keep], cc[keep], pp[keep], dd[keep]
+        # Pipeline chunks: p·vp within the layers, vp > 1 only with a pipeline (the layouts' own rules,
+        # applied here so that the grid holds no (p, vp) pair they reject).
+        vp = self._allowed("vp", np.arange(1, total_layers + 1, dtype=np.int64))
+        pair = (pp[:, None] * vp[None, :] <= total_layers) & ((vp[None, :] == 1) | (pp[:, None] > 1))
+        rows, cols = np.nonzero(pair)
+        self.base = {"t": tt[rows], "cp": cc[rows], "p": pp[rows], "d": dd[rows], "vp": vp[cols]}
+        ep = _divisors(model.n_exp) if model.n_exp > 1 else np.ones(1, np.int64)
+        self.ep = self._allowed("ep", ep[ep <= n])
+        if model.n_exp > 1:
+            etp = divisors[divisors <= (self.devices_per_node or n)]
+        else:
+            etp = np.ones(1, np.int64)
+        self.etp = self._allowed("etp", etp)
+        self.b = self._allowed("b", _divisors(self.global_batch))
+        # Which (base row, ep, etp) combinations the layout constraints accept, once per CP algorithm (the
+        # only shared setting a rule reads besides offsets and per-stage lists, which a uniform plan has
+        # not): the rules are elementwise and read none of b, m (codegen.configs.layouts._constraint_rules),
+        # so a grid point is valid exactly when its structure is.
+        rows = len(self.base["t"])
+        combo = np.arange(rows * len(self.ep) * len(self.etp), dtype=np.int64)
+        r, e, x = np.unravel_index(combo, (rows, len(self.ep), len(self.etp)))
+        structure = {key: column[r] for key, column in self.base.items()}
+        structure["ep"], structure["etp"] = self.ep[e], self.etp[x]
+        self.structures = {}
+        for algo in dict.fromkeys(s.cp_algo for s in self.settings):
+            if not rows:
+                self.structures[algo] = {key: column[:0] for key, column in structure.items()}
+                continue
+            batch = LayoutBatch.from_arrays(self.model.layout, **structure, m=np.ones_like(r), cp_algo=algo,
+                                            recompute="none")
+            ok = layout_violations(self.model, batch, self.devices) < 0
+            self.structures[algo] = {key: np.ascontiguousarray(column[ok]) for key, column in structure.items()}
+        # Micro-batch sizes per row: the b that make m = global / (d·b) whole (and meet --fix/--max m), as
+        # offsets, so that every grid point is a valid layout: row r owns grid points [start[r], start[r+1]).
+        self._b_tables = {}
+        for algo, table in self.structures.items():
+            dd = table["d"]
+            distinct, where = np.unique(dd, return_inverse=True)
+            allowed = (self.global_batch % (distinct[:, None] * self.b[None, :]) == 0)
+            m = self.global_batch // (distinct[:, None] * self.b[None, :])
+            if "m" in self.fix:
+                allowed &= m == self.fix["m"]
+            if "m" in self.maximum:
+                allowed &= m <= self.maximum["m"]
+            width = int(allowed.sum(axis=1).max()) if len(distinct) else 0
+            b_table = np.zeros((len(distinct), max(width, 1)), np.int64)
+            for i, row in enumerate(allowed):
+                b_table[i, :row.sum()] = self.b[row]
+            per_row = allowed.sum(axis=1)[where]
+            start = np.zeros(len(dd) + 1, np.int64)
+            np.cumsum(per_row, out=start[1:])
+            self._b_tables[algo] = (b_table, where.astype(np.int64), start)
+        self.setting_sizes = np.array([int(self._b_tables[s.cp_algo][2][-1]) for s in self.settings], np.int64)
+        self.setting_start = np.zeros(len(self.settings) + 1, np.int64)
+        np.cumsum(self.setting_sizes, out=self.setting_start[1:])
+        self.size = int(self.setting_start[-1])
+
+    # ------------------------------------------------------------------ chunks
+    def decode(self, index: np.ndarray, setting: int) -> dict[str, np.ndarray]:
+        """``{key: values}`` of grid indices *index*, all of setting number *setting*; ``"row"``: their structure rows."""
+        algo = self.settings[setting].cp_algo
+        b_table, where, start = self._b_tables[algo]
+        local = index - self.setting_start[setting]
+        if len(local) > 1 and local[-1] - local[0] == len(local) - 1:  # a contiguous range: rows by repeat
+            lo, hi = int(local[0]), int(local[-1]) + 1
+            r0, r1 = (int(np.searchsorted(start, x, side="right")) - 1 for x in (lo, hi - 1))
+            counts = np.minimum(start[r0 + 1:r1 + 2], hi) - np.maximum(start[r0:r1 + 1], lo)
+            row = np.repeat(np.arange(r0, r1 + 1, dtype=np.int64), counts)
+        else:
+            row = np.searchsorted(start, local, side="right") - 1
+        table = self.structures[algo]
+        values = {key: column[row] for key, column in table.items()}
+        values["b"] = b_table[where[row], local - start[row]]
+        values["m"] = self.global_batch // (values["d"] * values["b"])
+        values["row"] = row
+        return values
+
+    def block(self, start: int, stop: int) -> list[Chunk]:
+        """The layouts of grid indices ``[start, stop)`` (every one valid), one :class:`Chunk` per setting they span."""
+        start, stop = max(0, int(start)), min(int(stop), self.size)
+        out = []
+        if stop <= start:
+            return out
+        first = int(np.searchsorted(self.setting_start, start, side="right")) - 1
+        for k in range(first, len(self.settings)):
+            lo, hi = max(start, int(self.setting_start[k])), min(stop, int(self.setting_start[k + 1]))
+            if lo >= stop:
+                break
+            if hi <= lo:
+                continue
+            index = np.arange(lo, hi, dtype=np.int64)
+            values = self.decode(index, k)
+            row = values.pop("row")
+            out.append(Chunk(self.settings[k], values, index, self.model, row))
+        return out
+
+    def chunks(self, chunk: int = 1 << 18, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
+        """Every valid layout of grid indices ``[start, stop)``, *chunk* grid points at a time."""
+        stop = self.size if stop is None else min(stop, self.size)
+        for lo in range(start, stop, chunk):
+            yield from self.block(lo, min(lo + chunk, stop))

@@ -1,0 +1,185 @@
+"""Step time of a batch of layouts: compute of the slowest stage, the pipeline bubble, exposed communication.
+
+The closed forms are ``symbolic.compute``'s, compiled into ``generated.compute``:
+``compute_<variant>_stage_flop`` (FLOPs one rank of a stage computes per step),
+``compute_stage_time_s`` (over the GPU's peak × its generation's compute efficiency, both from the
+hardware catalog's ``[gpu]``), ``compute_pipeline_bubble`` (``(p − 1)/(vp·m)``) and
+``compute_step_time_s``. This module only counts a stage's layers (the even split of
+:func:`codegen.configs.layouts.chunk_layer_counts`, or the model's own offset for its own pipeline)
+and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the last
+(it holds the output layer).
+
+Communication. :class:`StepTimePricer` adds the seconds a ``comm`` callable returns per layout
+(``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed, under the assumptions
+of docs/search.md: tensor-, context- and expert-parallel collectives sit on the critical path of
+every layer (Megatron-LM issues them blocking), pipeline sends between stages too, and the data-
+parallel gradient reduction is exposed entirely (no ``--overlap-grad-reduce``). Without ``comm``
+the communication part is 0 and is reported as such.
+
+Public API::
+
+    NoComputeFactsError
+    StepTimePricer(model, *, system, comm=None)
+    pricer.price(values, recompute) -> dict[str, ndarray]   # PARTS
+    stage_layer_counts(model, p, vp) -> (first, last) arrays
+    time_family_comm(model, system) -> comm callable, or None without codegen.pricing.time
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import generated
+import hardware
+from hardware import System
+from symbolic.vocabulary import attention_variant
+
+from ..configs.layouts import chunk_layer_counts
+from ..configs.models import ModelConfig
+
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "stage_layer_counts", "time_family_comm"]
+
+#: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
+#: bottleneck stage's FLOPs per rank and the bubble fraction.
+PARTS = ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "bubble")
+
+#: Communication of these dimensions is exposed (docs/search.md, "Exposed communication").
+EXPOSED_DIMENSIONS = ("tp", "cp", "ep", "pp", "dp")
+
+
+class NoComputeFactsError(ValueError):
+    """A system whose catalog entry lacks the GPU peak or compute efficiency the step time needs."""
+
+
+def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Body layers (MTP included) of the most loaded non-last stage and of the last stage, per layout.
+
+    Even split (``chunk_layer_counts``): each of the ``p·vp`` slots holds ``L // (p·vp)`` layers and the
+    first ``L % (p·vp)`` slots in model order one more, so stage 0 holds ``vp·base + min(vp, ⌈rem/p⌉)``
+    (the most of any stage) and stage ``p − 1`` holds ``vp·base + min(vp, ⌊rem/p⌋)``. Layouts with the
+    model's own ``(p, vp)`` and an offset take the offset's counts.
+    """
+    total = model.n_lay + model.n_mtp
+    top_p, top_vp = int(np.max(p, initial=1)), int(np.max(vp, initial=1))
+    pp, vv = np.meshgrid(np.arange(1, top_p + 1), np.arange(1, top_vp + 1), indexing="ij")
+    base, rem = np.divmod(total, pp * vv)  # one entry per (p, vp) value, gathered per layout below
+    first = (vv * base + np.minimum(vv, (rem + pp - 1) // pp))[p - 1, vp - 1]
+    last = (vv * base + np.minimum(vv, rem // pp))[p - 1, vp - 1]
+    own = model.layout
+    if own.offset is not None:
+        counts = [sum(row) for row in chunk_layer_counts(model, own)]
+        mine = (p == own.p) & (vp == own.vp)
+        if np.any(mine):
+            head = max(counts[:-1]) if len(counts) > 1 else counts[0]
+            first = np.where(mine, head, first)
+            last = np.where(mine, counts[-1], last)
+    return first, last
+
+
+def _gpu_facts(system: System | str) -> tuple[float, float, str]:
+    spec = hardware.load(system) if isinstance(system, str) else system
+    gpu = spec.gpu
+    if gpu is None:
+        raise NoComputeFactsError(f"--system {spec.name}: the catalog entry has no [gpu] table (peak FLOP/s), so no "
+                                  f"compute time; systems with one: "
+                                  f"{', '.join(n for n in hardware.names() if hardware.load(n).gpu is not None)}")
+    if gpu.compute_efficiency is None:
+        raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no compute_efficiency in the "
+                                  f"catalog (no published figure for its generation), so no compute time")
+    return gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, spec.name
+
+
+def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
+    """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
+
+    ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
+    mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
+    ZeRO level 3 — and returns its ``by_dimension`` seconds of the bottleneck stage.
+    """
+    try:
+        from .time import TimePricer
+    except ImportError:
+        return None
+    pricers: dict[tuple[int, str], Any] = {}
+
+    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
+        setting = chunk.setting
+        key = (setting.zero, setting.recompute)
+        if key not in pricers:
+            pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute)
+        return pricers[key].price_batch(chunk.batch, validated=True).by_dimension
+
+    return comm
+
+
+class StepTimePricer:
+    """Step time of layouts of *model* on *system*: compute + bubble + exposed communication.
+
+    Args:
+        model: the model. system: a catalog name or :class:`hardware.System` with GPU facts.
+        comm: optional ``comm(chunk) -> {dimension: (n,) seconds}`` of the bottleneck stage; the sum over
+            :data:`EXPOSED_DIMENSIONS` is the exposed communication.
+
+    Raises:
+        NoComputeFactsError: for a system without GPU peak or compute efficiency.
+    """
+
+    def __init__(self, model: ModelConfig, *, system: System | str,
+                 comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None) -> None:
+        self.model = model
+        self.peak, self.efficiency, self.system = _gpu_facts(system)
+        self.comm = comm
+        variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
+        name = f"compute_{variant}_{'moe' if model.is_moe else 'dense'}_stage_flop"
+        self._flops = getattr(generated, name)
+        self._arguments = generated.FORMULAS[name]["arguments"]
+        fields = model.fields()
+        if model.layout.s is not None:
+            fields["s"] = float(model.layout.s)
+        self._shared = {k: fields[k] for k in self._arguments if k in fields}
+
+    def stage_flops(self, values: Mapping[str, np.ndarray], recompute: str) -> np.ndarray:
+        """FLOPs per rank per step of the slowest stage (first or last) of each layout."""
+        first, last = stage_layer_counts(self.model, values["p"], values["vp"])
+        single = values["p"] == 1
+        out = []
+        for layers, output in ((first, single.astype(np.int64)), (last, np.ones_like(first))):
+            per = {"n_layers_stage": layers, "n_output": output,
+                   "n_full_rec": layers if recompute == "full" else 0,
+                   "n_sel_rec": layers if recompute == "selective" else 0}
+            args = {k: (per[k] if k in per else values[k] if k in values else self._shared[k])
+                    for k in self._arguments}
+            out.append(self._flops(**args))
+        return np.maximum(out[0], out[1])
+
+    def step_time(self, flops: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
+        """``compute_step_time_s`` of layouts whose stage FLOPs and exposed communication are known."""
+        return generated.compute_step_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                             compute_efficiency=self.efficiency, p=values["p"], vp=values["vp"],
+                                             m=values["m"], exposed_comm_s=comm)
+
+    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None,
+              flops: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
+
+        *flops*: the layouts' :meth:`stage_flops` when the caller has them (a search computes them once per
+        structure row: they read ``b`` and ``m`` only through ``b·m = global_batch / d``).
+        """
+        if flops is None:
+            flops = self.stage_flops(values, recompute)
+        compute = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                                 compute_efficiency=self.efficiency)
+        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        if self.comm is not None and chunk is not None:
+            parts = self.comm(chunk)
+            comm = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
+            comm = np.broadcast_to(comm, flops.shape)
+        else:
+            comm = np.zeros_like(flops)
+        step = generated.compute_step_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                             compute_efficiency=self.efficiency, p=values["p"], vp=values["vp"],
+                                             m=values["m"], exposed_comm_s=comm)
+        return {"step_time_s": step, "compute_s": compute, "bubble_s": compute * bubble, "comm_s": comm,
+                "stage_flops": flops, "bubble": bubble}

@@ -1,0 +1,106 @@
+"""The search enumeration yields exactly the layouts the layout checks accept (brute force on small N)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from codegen.configs.layouts import LayoutBatch, check_batch, validate_batch
+from codegen.configs.models import load_model
+from codegen.pricing.enumeration import SearchSpace, parse_restrictions
+
+
+def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=None):
+    """Every key combination in 1..devices (b, ep up to their own bounds), filtered by validate_batch and the policy."""
+    fix, maximum = fix or {}, maximum or {}
+    found = set()
+    rng = range(1, devices + 1)
+    ep_rng = range(1, max(model.n_exp, 1) + 1) if model.n_exp > 1 else (1,)
+    etp_rng = range(1, node + 1) if model.n_exp > 1 else (1,)
+    rows = []
+    total = model.n_lay + model.n_mtp
+    for t, cp, p in itertools.product(rng, rng, rng):
+        if devices % (t * cp * p):
+            continue
+        d = devices // (t * cp * p)
+        vp_rng = range(1, min(total, maximum.get("vp", total)) + 1)  # a bound given prunes the loop, nothing else
+        for vp, ep, etp, b in itertools.product(vp_rng, ep_rng, etp_rng, range(1, global_batch + 1)):
+            if global_batch % (d * b) or t > node:
+                continue
+            row = dict(d=d, t=t, cp=cp, p=p, vp=vp, ep=ep, etp=etp, b=b, m=global_batch // (d * b))
+            if any(row[k] != v for k, v in fix.items()) or any(row[k] > v for k, v in maximum.items()):
+                continue
+            rows.append(row)
+    cols = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+    batch = LayoutBatch.from_arrays(model.layout, **cols, recompute="none", cp_algo=cp_algo)
+    ok = validate_batch(model, batch, devices)
+    for i in np.flatnonzero(ok):
+        found.add(tuple(int(cols[k][i]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")))
+    return found
+
+
+def _enumerated(space):
+    got = []
+    for chunk in space.chunks(chunk=97):  # a small odd chunk: the setting boundaries fall inside chunks
+        check_batch(space.model, chunk.batch)  # every yielded layout is valid
+        v = chunk.values
+        assert (v["d"] * v["t"] * v["cp"] * v["p"] == space.devices).all()
+        for i in range(len(chunk)):
+            got.append((chunk.setting, tuple(int(v[k][i]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m"))))
+    return got
+
+
+@pytest.mark.parametrize("name,devices,batch,fix,maximum", [
+    ("llama2-7b", 16, 8, {}, {}),
+    ("qwen3-72b", 8, 4, {}, {"vp": 3}),
+    ("deepseek-v3", 8, 2, {"p": 2}, {"vp": 2}),
+])
+def test_enumeration_matches_brute_force(name, devices, batch, fix, maximum):
+    model = load_model(name)
+    space = SearchSpace(model, devices, batch, fix=fix, maximum=maximum, devices_per_node=8, recompute=("none", "full"))
+    got = _enumerated(space)
+    keys = [k for _, k in got]
+    assert len(keys) == len(set((s, k) for s, k in got))  # no duplicates
+    want = _brute(model, devices, batch, 8, fix, maximum)
+    for setting in space.settings:
+        assert {k for s, k in got if s == setting} == want
+
+
+def test_restrictions_and_errors():
+    model = load_model("llama2-7b")
+    space = SearchSpace(model, 64, 64, fix={"t": 4}, maximum={"p": 2}, devices_per_node=8)
+    for chunk in space.chunks():
+        assert (chunk.values["t"] == 4).all() and (chunk.values["p"] <= 2).all()
+    assert parse_restrictions(["t=8", "p=2,cp=1"], "--fix") == {"t": 8, "p": 2, "cp": 1}
+    for bad in (["t"], ["q=2"], ["t=0"], ["t=x"], ["t=2", "t=4"]):
+        with pytest.raises(ValueError, match="--fix"):
+            parse_restrictions(bad, "--fix")
+    with pytest.raises(ValueError, match="devices"):
+        SearchSpace(model, 0, 8)
+    with pytest.raises(ValueError, match="recompute"):
+        SearchSpace(model, 8, 8, recompute=("sometimes",))
+    with pytest.raises(ValueError, match="zero"):
+        SearchSpace(model, 8, 8, zero_levels=(4,))
+
+
+def test_chunks_bounded():
+    """Memory stays proportional to the chunk: no chunk holds more layouts than its grid points."""
+    space = SearchSpace(load_model("deepseek-v3"), 1024, 512, devices_per_node=8)
+    assert space.size > 10_000
+    seen = 0
+    for chunk in space.chunks(chunk=4096):
+        assert len(chunk) <= 4096
+        seen += len(chunk)
+    assert seen > 0
+
+
+def test_decode_contiguous_equals_scattered():
+    space = SearchSpace(load_model("deepseek-v3"), 1024, 512, devices_per_node=8)
+    index = np.arange(1000, 40000)
+    whole = space.decode(index, 0)
+    pick = np.sort(np.random.default_rng(1).choice(len(index), 3000, replace=False))
+    part = space.decode(index[pick], 0)
+    for key in whole:
+        np.testing.assert_array_equal(whole[key][pick], part[key])

@@ -1,0 +1,233 @@
+"""symcost search: the step-time closed forms, top K in process and on Dask, the CLI and validate step-time."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from codegen.cli import main
+from codegen.configs.layouts import Layout
+from codegen.configs.models import ModelConfig, load_model
+from codegen.pricing.search import SearchSpec, pareto_front, search
+from codegen.pricing.step_time import StepTimePricer, stage_layer_counts
+
+
+def _gpt(h, ffn, layers, heads, t, p, vp, gb, b):
+    layout = Layout(d=1, t=t, p=p, m=gb // b, b=b, vp=vp)
+    return ModelConfig(name="gpt", source="test", s=2048, h=h, a=heads, n_kv=heads, dh=h / heads, hff=ffn, v=51200,
+                       n_lay=layers, layout=layout, n_ffMM=2)
+
+
+@pytest.mark.parametrize("mode,passes", [("full", 4), ("none", 3)])
+def test_stage_flops_equal_narayanan(mode, passes):
+    """One stage holding every layer: Narayanan et al. 2021's 24·passes·B·s·l·h²(1 + s/6h) + 6·B·s·h·V, over t."""
+    B, s, h, L, V, t = 4, 2048, 6144, 48, 51200, 8
+    model = _gpt(h, 4 * h, L, 64, t, 1, 1, B, B)
+    pricer = StepTimePricer(model, system="selene_a100")
+    values = {k: np.array([x]) for k, x in dict(d=1, t=t, p=1, cp=1, vp=1, b=B, m=1).items()}
+    got = pricer.stage_flops(values, mode)[0]
+    want = (24 * passes * B * s * L * h**2 * (1 + s / (6 * h)) + 6 * B * s * h * V) / t
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_bubble_and_stage_counts():
+    model = _gpt(12288, 49152, 96, 96, 8, 8, 3, 64, 1)
+    pricer = StepTimePricer(model, system="selene_a100")
+    values = {k: np.array([x]) for k, x in dict(d=1, t=8, p=8, cp=1, vp=3, b=1, m=64).items()}
+    got = pricer.price(values, "none")
+    assert got["bubble"][0] == pytest.approx(7 / (3 * 64))
+    assert got["bubble_s"][0] == pytest.approx(got["compute_s"][0] * 7 / 192)
+    # Uneven split: 62 layers over p=16 → stages of 4 (first 14) and 3 (last two), as chunk_layer_counts says.
+    first, last = stage_layer_counts(load_model("deepseek-v3"), np.array([16]), np.array([1]))
+    assert (int(first[0]), int(last[0])) == (4, 3)
+
+
+def test_no_gpu_facts_is_a_clear_error():
+    from codegen.pricing.step_time import NoComputeFactsError
+
+    with pytest.raises(NoComputeFactsError, match="A2"):
+        StepTimePricer(load_model("llama2-7b"), system="A2")
+
+
+def _spec(**kw):
+    return SearchSpec(load_model("qwen3-72b"), 64, 128, "dgx_h100", **kw)
+
+
+def test_top_k_stable_over_chunk_sizes():
+    a = search(_spec(), top=15, chunk=1 << 16)
+    b = search(_spec(), top=15, chunk=777)
+    assert a.layouts == b.layouts > 0
+    for key in a.table:
+        np.testing.assert_array_equal(a.table[key], b.table[key])
+    obj = a.table["objective"]
+    assert (np.diff(obj) >= 0).all()
+
+
+def test_search_rows_priced_as_the_pricer_prices_them():
+    """The search's per-structure-row FLOPs give the same step time as StepTimePricer on the layouts alone."""
+    got = search(_spec(recompute=("selective",)), top=20)
+    values = {k: got.table[k] for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+    direct = StepTimePricer(load_model("qwen3-72b"), system="dgx_h100").price(values, "selective")
+    for key in ("compute_s", "bubble_s", "stage_flops"):
+        np.testing.assert_allclose(got.table[key], direct[key], rtol=1e-12)
+    # step = compute + bubble + exposed comm (0 without the time family)
+    np.testing.assert_allclose(got.table["step_time_s"],
+                               got.table["compute_s"] + got.table["bubble_s"] + got.table["comm_s"], rtol=1e-12)
+
+
+def test_original_objective_ranks_by_stage_pricer():
+    from codegen.configs.layouts import LayoutBatch
+    from codegen.pricing.pricer import StagePricer
+
+    spec = SearchSpec(load_model("llama2-7b"), 16, 32, "dgx_a100", objective="original", original_device="A2",
+                      recompute=("none",))
+    got = search(spec, top=5)
+    row = got.table
+    batch = LayoutBatch.from_arrays(load_model("llama2-7b").layout, recompute="none",
+                                    **{k: row[k] for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")})
+    np.testing.assert_allclose(StagePricer(load_model("llama2-7b"), device="A2").price_batch(batch).bottleneck,
+                               row["objective"])
+
+
+def test_dask_local_threads_and_cluster_match_in_process():
+    pytest.importorskip("dask.array", reason="the optional extra dask[array] is not installed")
+    distributed = pytest.importorskip("distributed", reason="the optional extra distributed is not installed")
+    want = search(_spec(), top=10, chunk=5000)
+    threads = search(_spec(), top=10, chunk=5000, engine="dask")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        remote = search(_spec(), top=10, chunk=5000, scheduler=cluster.scheduler_address)
+    for got in (threads, remote):
+        assert got.layouts == want.layouts
+        for key in want.table:
+            np.testing.assert_array_equal(got.table[key], want.table[key])
+
+
+def test_pareto_front():
+    x = np.array([1.0, 2.0, 3.0, 1.5, 2.5])
+    y = np.array([5.0, 3.0, 1.0, 6.0, 3.5])
+    assert pareto_front(x, y).tolist() == [0, 1, 2]
+
+
+def test_cli_search_prints_top_and_writes_csv(tmp_path, capsys):
+    out = tmp_path / "all.csv"
+    assert main(["search", "--model", "llama2-7b", "--devices", "16", "--system", "dgx_a100", "--global-batch", "32",
+                 "--top", "3", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "step s" in text and "valid layouts" in text
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("index,d,t,p") and len(lines) > 10
+    # never overwrite
+    assert main(["search", "--model", "llama2-7b", "--devices", "16", "--system", "dgx_a100", "--global-batch", "32",
+                 "--out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_cli_search_json(capsys):
+    assert main(["search", "--model", "llama2-7b", "--devices", "8", "--system", "dgx_a100", "--global-batch", "16",
+                 "--top", "2", "--json", "--fix", "t=2"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(got["top"]) == 2 and all(r["t"] == 2 for r in got["top"])
+    assert got["top"][0]["memory_peak_bytes"] > 0
+
+
+@pytest.mark.parametrize("argv,word", [
+    (["--devices", "0"], "--devices"),
+    (["--devices", "x"], "--devices"),
+    (["--global-batch", "-1"], "--global-batch"),
+    (["--fix", "t=0"], "--fix"),
+    (["--max", "q=3"], "--max"),
+    (["--top", "0"], "--top"),
+    (["--system", "nowhere"], "--system"),
+    (["--system", "A2"], "compute"),
+    (["--zero", "5"], "--zero"),
+    (["--recompute", "sometimes"], "recompute"),
+    (["--model", "no-such-model"], "no-such-model"),
+    (["--out", "x.txt"], "--out"),
+])
+def test_cli_search_bad_options(argv, word, capsys):
+    base = {"--model": "llama2-7b", "--devices": "8", "--system": "dgx_a100", "--global-batch": "16"}
+    base.update(dict(zip(argv[::2], argv[1::2])))
+    args = ["search"] + [x for kv in base.items() for x in kv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and word in err and "Traceback" not in err
+
+
+def test_validate_step_time(capsys):
+    assert main(["validate", "step-time"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(last["rows"]) == 4
+    assert {r["model"] for r in last["rows"]} == {"megatron-22B", "gpt3-175B"}
+    for r in last["rows"]:
+        assert r["rel_err"] == pytest.approx((r["predicted_s"] - r["measured_s"]) / r["measured_s"])
+    assert last["mean_abs_rel_err"] == pytest.approx(np.mean([abs(r["rel_err"]) for r in last["rows"]]))
+
+
+def test_validate_step_time_bad_file(tmp_path, capsys):
+    bad = tmp_path / "x.csv"
+    bad.write_text("model,gpus\nx,8\n")
+    assert main(["validate", "step-time", "--data", str(bad)]) == 2
+    assert "missing columns" in capsys.readouterr().err
+
+
+def test_memory_filter_lazy_equals_filter_all():
+    """Pricing memory only for the best rows gives the rows that pricing all and filtering gives."""
+    spec = SearchSpec(load_model("deepseek-v3"), 256, 256, "dgx_h100", recompute=("none", "full"))
+    lazy = search(spec, top=12, chunk=3000)
+    everything = []
+    full = search(spec, top=12, chunk=3000, sink=everything.append)
+    for key in lazy.table:
+        np.testing.assert_array_equal(lazy.table[key], full.table[key])
+    assert (lazy.table["fits"] == 1).all()
+    assert all((t["fits"] == 1).all() for t in everything)
+    kept = search(SearchSpec(load_model("deepseek-v3"), 256, 256, "dgx_h100", recompute=("none", "full"),
+                             keep_infeasible=True), top=12, chunk=3000)
+    assert (kept.table["objective"] <= lazy.table["objective"]).all()
+    assert set(kept.table["fits"].tolist()) <= {0, 1}
+
+
+def test_batch_memory_equals_stage_memory():
+    from codegen.pricing.enumeration import SearchSpace
+    from codegen.pricing.feasibility import BatchMemory
+    from codegen.pricing.memory import stage_memory
+
+    model = load_model("qwen3-72b")
+    space = SearchSpace(model, 64, 64, devices_per_node=8, zero_levels=(0, 3))
+    memory = BatchMemory(model, system="dgx_h100")
+    checked = 0
+    for chunk in space.chunks(chunk=5000):
+        got = memory.price(chunk.batch, chunk.setting.recompute, chunk.setting.zero)
+        for i in np.linspace(0, len(chunk) - 1, 5).astype(int):
+            stages = stage_memory(model, chunk.batch.layout(int(i)), system="dgx_h100")["stages"]
+            totals = [s["total"] for s in stages]
+            if max(totals) in (totals[0], totals[-1]):
+                assert got["peak_bytes"][i] == pytest.approx(max(totals), rel=1e-12)
+                checked += 1
+    assert checked > 10
+
+
+def test_ctrl_c_keeps_the_best_so_far():
+    calls = []
+
+    def progress(done, total):
+        calls.append(done)
+        raise KeyboardInterrupt
+
+    got = search(_spec(memory=False), top=5, chunk=2000, progress=progress)
+    assert got.interrupted and len(calls) == 1
+    assert 0 < got.layouts <= 2000 and len(got.table["index"]) == 5
+    assert (got.table["index"] < 2000).all()
+
+
+def test_cli_plot(tmp_path, capsys):
+    target = tmp_path / "front.png"
+    code = main(["search", "--model", "llama2-7b", "--devices", "8", "--system", "dgx_a100", "--global-batch", "16",
+                 "--plot", str(target)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 2 and "matplotlib" in capsys.readouterr().err and not target.exists()
+    else:
+        assert code == 0 and target.stat().st_size > 0
